@@ -1,0 +1,90 @@
+/**
+ * workpull: a reliable work-pulling job dispatcher for Web-standard runtimes.
+ *
+ * One producer hands a stream of jobs to a {@linkcode WorkPullingController}; a dynamic pool of
+ * {@linkcode WorkerEndpoint}s pulls them at their own pace through their own demand windows.
+ * Each job goes to one worker at a time, delivery is at-least-once with the MessageID as the
+ * dedupe key, and a lost worker's unconfirmed jobs go to a survivor. Attach a
+ * {@linkcode DurableWorkQueue} and every accepted job survives a controller crash.
+ *
+ * This entry point is runtime-agnostic (Web APIs only): the controller, the producer, the worker
+ * endpoint, the protocol, in-process transports and the in-memory queue.
+ *
+ * @example Dispatch jobs to two in-process workers
+ * ```ts
+ * import { BufferedProducer, connectInProcess, WorkerEndpoint, WorkPullingController } from "./mod.ts";
+ *
+ * const producer = new BufferedProducer<{ n: number }>();
+ * const controller = new WorkPullingController({ name: "jobs", producer, deliveryConfirmation: true });
+ * await controller.start();
+ * for (const name of ["w1", "w2"]) {
+ *   connectInProcess(controller, new WorkerEndpoint<{ n: number }>({
+ *     producer: "jobs",
+ *     name,
+ *     handler: ({ payload }) => console.log(name, payload.n),
+ *   }));
+ * }
+ * const receipt = await producer.submit({ n: 1 });
+ * await receipt.confirmed;
+ * await controller.close();
+ * ```
+ *
+ * @module
+ */
+
+export { type Clock, systemClock, type TimerHandle } from "./src/core/clock.ts";
+export {
+  type ControllerState,
+  type ControllerStats,
+  type LinkIdentity,
+  type WorkerStats,
+  WorkPullingController,
+} from "./src/controller/controller.ts";
+export type { WorkPullingControllerOptions } from "./src/controller/options.ts";
+export type { ProducerEndpoint, ProducerPort } from "./src/controller/producer_contract.ts";
+export {
+  type ControllerEventMap,
+  ControllerRestartedEvent,
+  type ControllerRole,
+  type FailureStage,
+  FrameRejectedEvent,
+  type RejectReason,
+  ReliableDeliveryFailedEvent,
+  RequeuedEvent,
+  type UnbindReason,
+  WorkerBoundEvent,
+  WorkerUnboundEvent,
+} from "./src/controller/events.ts";
+export {
+  BufferedProducer,
+  type BufferedProducerOptions,
+  type Receipt,
+  type SubmitOptions,
+} from "./src/producer/buffered_producer.ts";
+export {
+  BoundEvent,
+  type Delivery,
+  HandlerErrorEvent,
+  WorkerEndpoint,
+  type WorkerEndpointOptions,
+} from "./src/worker/worker_endpoint.ts";
+export { CloseCode, type Link, type LinkReceiver } from "./src/transport/link.ts";
+export {
+  attachPort,
+  connectInProcess,
+  type InProcessConnection,
+  type LinkAcceptor,
+} from "./src/transport/in_process.ts";
+export * from "./src/protocol/schemas.ts";
+export {
+  decodeControllerFrame,
+  type DecodeFailure,
+  type DecodeFailureReason,
+  type DecodeResult,
+  decodeWorkerFrame,
+  type EncodedJob,
+  encodeFrame,
+  encodeJobsFrame,
+} from "./src/protocol/codec.ts";
+export * from "./src/queue/work_queue.ts";
+export { MemoryWorkQueue } from "./src/queue/memory_queue.ts";

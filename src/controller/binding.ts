@@ -1,0 +1,96 @@
+/**
+ * One worker's sub-flow as the controller sees it: a contiguous sequence space, a demand
+ * window and the list of unconfirmed jobs.
+ *
+ * Invariants (the controller's half of the sub-flow):
+ * - `unconfirmed` holds exactly the jobs with sequences `(confirmedSeq, currentSeq]`, in order,
+ *   so the job with sequence `s` sits at index `s - confirmedSeq - 1`;
+ * - nothing above `demandUpTo` is ever sent;
+ * - `sentSeq` is the highest sequence already written to the link; a resend rewinds it.
+ *
+ * @module
+ */
+
+import { Deque } from "../core/deque.ts";
+
+/** A job the controller holds: its identity, store sequence and JSON payload text. */
+export interface Job {
+  readonly messageId: string;
+  readonly storeSeq: number;
+  readonly payload: string;
+}
+
+/** The link-side state a binding is attached to (owned by the controller). */
+export interface BindingLink {
+  /** Send a frame to the worker. */
+  send(frame: string): void;
+}
+
+/** A worker's sub-flow on the controller. */
+export class Binding {
+  /** Highest sequence assigned. */
+  currentSeq = 0;
+  /** Every sequence up to this one is confirmed. */
+  confirmedSeq = 0;
+  /** The worker accepts sequences up to this one. */
+  demandUpTo = 0;
+  /** Highest sequence written to the link. */
+  sentSeq = 0;
+  /** Jobs confirmed through this binding (for stats). */
+  confirmedCount = 0;
+  /** `(confirmedSeq, currentSeq]`, in order. */
+  readonly unconfirmed: Deque<Job> = new Deque();
+
+  /** Creates a fresh binding (sequence space starting at 1). */
+  constructor(
+    /** Unique per controller instance; a new id means a new sub-flow. */
+    readonly id: string,
+    /** The worker endpoint name. */
+    readonly worker: string,
+    /** The endpoint incarnation. */
+    readonly incarnation: string,
+    /** The latest registration nonce. */
+    public nonce: string,
+    /** The worker's declared resend interval (its heartbeat cadence), in ms. */
+    public resendInterval: number,
+  ) {}
+
+  /** Jobs that may still be assigned before reaching the worker's demand. */
+  get freeDemand(): number {
+    return Math.max(0, this.demandUpTo - this.currentSeq);
+  }
+
+  /** Assign the next sequence to `job`. */
+  assign(job: Job): void {
+    this.currentSeq += 1;
+    this.unconfirmed.pushBack(job);
+  }
+
+  /**
+   * Move the cumulative confirmation to `confirmed` and return the jobs it covers, in order.
+   * A value at or below the current watermark is a harmless duplicate.
+   */
+  advance(confirmed: number): Job[] {
+    if (confirmed <= this.confirmedSeq) return [];
+    const done: Job[] = [];
+    while (this.confirmedSeq < confirmed) {
+      done.push(this.unconfirmed.shift()!);
+      this.confirmedSeq += 1;
+    }
+    this.confirmedCount += done.length;
+    if (this.sentSeq < this.confirmedSeq) this.sentSeq = this.confirmedSeq;
+    return done;
+  }
+
+  /** The unconfirmed job with sequence `seq`. */
+  jobAt(seq: number): Job | undefined {
+    return this.unconfirmed.at(seq - this.confirmedSeq - 1);
+  }
+
+  /** Remove and return every unconfirmed job, in sequence order. */
+  drain(): Job[] {
+    const jobs = [...this.unconfirmed];
+    this.unconfirmed.clear();
+    return jobs;
+  }
+}

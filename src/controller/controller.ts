@@ -1,0 +1,1012 @@
+/**
+ * The work-pulling controller: the producer's side of work pulling.
+ *
+ * The story, in the order things happen:
+ *
+ * 1. **Workers bind.** A worker endpoint attaches a link and registers (producer name, worker
+ *    name, incarnation, nonce). The controller checks the name and the link's authenticated
+ *    identity, fences stale incarnations, and creates a binding: a sub-flow with its own
+ *    sequence space starting at 1, acknowledged with the binding id and session.
+ * 2. **Workers pull.** A worker's `request` grants demand up to a sequence and confirms
+ *    cumulatively; `ack` only confirms. Out-of-range numbers end that binding only.
+ * 3. **The producer is asked for work only when workers can take it.** When the handshake is
+ *    idle and the free worker demand exceeds the pending pool, the producer gets a `RequestNext`
+ *    for up to that many jobs: Produced → Store → Stored → StoredAck → Accept → the pool.
+ * 4. **Dispatch** hands the pool's head, one job at a time, to bindings with free demand in
+ *    strict round-robin; each job gets the next sequence of its binding.
+ * 5. **Confirmation** cuts a binding's unconfirmed prefix; each job may be reported to the
+ *    producer (`DeliveryConfirmed`) and, with a durable queue, confirmed there.
+ * 6. **A binding ends** (worker gone, silent, replaced, misbehaving): its unconfirmed jobs go
+ *    back to the head of the pool, in order, and are dispatched again under fresh sequences with
+ *    their original MessageID and payload.
+ * 7. **Failures.** A producer contract violation or a fenced/conflicting queue is terminal: one
+ *    `delivery-failed` event, and the controller stays stopped until `respawn()`. A queue that
+ *    keeps failing otherwise makes the controller restart: new session, reload, re-dispatch.
+ *
+ * Every input (frames, producer messages, timer ticks, queue results) goes through one serial
+ * mailbox, so handlers never interleave and the behaviour is deterministic under a simulated
+ * clock.
+ *
+ * @module
+ */
+
+import type { TimerHandle } from "../core/clock.ts";
+import { Deque } from "../core/deque.ts";
+import { SafeEventTarget } from "../core/safe_event_target.ts";
+import { decodeWorkerFrame, encodeFrame, encodeJobsFrame } from "../protocol/codec.ts";
+import {
+  type AckFrame,
+  MAX_SEQ,
+  MAX_WINDOW,
+  Produced,
+  type RegisterFrame,
+  type RequestFrame,
+  type RequestNext,
+  type Stored,
+  StoredAck,
+  type WorkerFrame,
+} from "../protocol/schemas.ts";
+import type { BatchStoreJob, StoreResult } from "../queue/work_queue.ts";
+import { CloseCode, type Link, type LinkReceiver } from "../transport/link.ts";
+import * as v from "valibot";
+import { Binding, type Job } from "./binding.ts";
+import {
+  DurableLane,
+  type LaneUnit,
+  runWithRetry,
+  type UnitOutcome,
+  utf8Length,
+} from "./durable_lane.ts";
+import {
+  type ControllerEventMap,
+  ControllerRestartedEvent,
+  type FailureStage,
+  FrameRejectedEvent,
+  ReliableDeliveryFailedEvent,
+  RequeuedEvent,
+  type UnbindReason,
+  WorkerBoundEvent,
+  WorkerUnboundEvent,
+} from "./events.ts";
+import { Incarnations } from "./incarnations.ts";
+import {
+  resolveControllerOptions,
+  type ResolvedControllerOptions,
+  type WorkPullingControllerOptions,
+} from "./options.ts";
+import type { ProducerEndpoint, ProducerPort } from "./producer_contract.ts";
+import { RoundRobin } from "./round_robin.ts";
+
+/** The controller's lifecycle. */
+export type ControllerState = "idle" | "loading" | "running" | "failed" | "closed";
+
+/** Who the edge authenticated a link as (for example from a signed token). */
+export interface LinkIdentity {
+  /** The only worker name this link may register. */
+  readonly worker?: string;
+}
+
+/** Per-worker figures in {@linkcode ControllerStats}. */
+export interface WorkerStats {
+  readonly worker: string;
+  readonly incarnation: string;
+  readonly binding: string;
+  /** Whether a link is attached (false during a reconnect grace). */
+  readonly connected: boolean;
+  /** Demand the worker granted beyond its confirmation (`demandUpTo - confirmed`). */
+  readonly window: number;
+  /** Jobs dispatched and not yet confirmed. */
+  readonly inFlight: number;
+  /** Jobs this binding confirmed. */
+  readonly confirmed: number;
+}
+
+/** A snapshot of the controller. */
+export interface ControllerStats {
+  readonly name: string;
+  readonly state: ControllerState;
+  readonly session: string;
+  /** Jobs accepted and waiting for a worker. */
+  readonly pending: number;
+  readonly workers: readonly WorkerStats[];
+  readonly totals: {
+    /** Jobs stored for the first time by this controller instance. */
+    readonly stored: number;
+    /** Jobs accepted into the pool. */
+    readonly accepted: number;
+    /** Deliveries to workers, redeliveries included. */
+    readonly dispatched: number;
+    /** Confirmations, repeats after a requeue included. */
+    readonly confirmed: number;
+    /** Jobs returned to the pool from ended bindings. */
+    readonly requeued: number;
+  };
+}
+
+type Handshake =
+  | { readonly phase: "idle" }
+  | { readonly phase: "credit"; readonly request: RequestNext }
+  | { readonly phase: "store"; readonly token: string; readonly ids: readonly string[] }
+  | {
+    readonly phase: "stored-ack";
+    readonly token: string;
+    readonly ids: readonly string[];
+    readonly jobs: readonly Job[];
+    readonly stored: Stored;
+  }
+  | {
+    readonly phase: "accept";
+    readonly token: string;
+    readonly ids: readonly string[];
+    readonly jobs: readonly Job[];
+  };
+
+/** The controller's view of one attached link. */
+interface Connection {
+  readonly link: Link;
+  readonly identity: LinkIdentity;
+  binding: Binding | undefined;
+  lastHeard: number;
+  closed: boolean;
+}
+
+const IDLE: Handshake = { phase: "idle" };
+/** Jobs frames stay below this many characters unless a single job is larger. */
+const JOBS_FRAME_CHARS = 256 * 1024;
+/** Heartbeat cadence assumed for a link that has not registered yet, ms. */
+const UNREGISTERED_INTERVAL = 2000;
+
+/**
+ * The work-pulling controller. See the module documentation for how it works.
+ *
+ * @example In-process: a producer, a controller and two workers
+ * ```ts
+ * import { BufferedProducer, connectInProcess, WorkerEndpoint, WorkPullingController } from "../../mod.ts";
+ *
+ * const producer = new BufferedProducer<{ n: number }>();
+ * const controller = new WorkPullingController({ name: "jobs", producer, deliveryConfirmation: true });
+ * await controller.start();
+ * const done: number[] = [];
+ * for (const name of ["w1", "w2"]) {
+ *   const worker = new WorkerEndpoint<{ n: number }>({
+ *     producer: "jobs",
+ *     name,
+ *     handler: (job) => void done.push(job.payload.n),
+ *   });
+ *   connectInProcess(controller, worker);
+ * }
+ * const receipts = await Promise.all([1, 2, 3].map((n) => producer.submit({ n })));
+ * await Promise.all(receipts.map((receipt) => receipt.confirmed));
+ * console.assert(done.length === 3);
+ * await controller.close();
+ * ```
+ */
+export class WorkPullingController extends SafeEventTarget {
+  readonly #options: ResolvedControllerOptions;
+  #state: ControllerState = "idle";
+  #session = "";
+  /** Bumped at every new incarnation or stop; asynchronous results from older ones are dropped. */
+  #generation = 0;
+  #failurePublished = false;
+  #stop = new AbortController();
+  #tick: TimerHandle | undefined;
+
+  // The pool and the bindings.
+  readonly #pending = new Deque<Job>();
+  /** Every job in the pool or unconfirmed at a binding, by MessageID. */
+  readonly #owned = new Map<string, Job>();
+  readonly #bindings = new Map<string, Binding>();
+  readonly #rotation = new RoundRobin<Binding>();
+  readonly #connections = new Set<Connection>();
+  readonly #linkOf = new Map<Binding, Connection>();
+  readonly #graceTimers = new Map<Binding, TimerHandle>();
+  readonly #incarnations = new Incarnations();
+  #bindingCounter = 0;
+
+  // The producer handshake and the durable lane.
+  #handshake: Handshake = IDLE;
+  #lastCompleted: { token: string; ids: readonly string[] } | undefined;
+  #tokenCounter = 0;
+  #storeSeq = 0;
+  readonly #lane: DurableLane | undefined;
+
+  // The mailbox.
+  readonly #mailbox = new Deque<() => void>();
+  #draining = false;
+  readonly #dirty = new Set<Binding>();
+
+  #totals = { stored: 0, accepted: 0, dispatched: 0, confirmed: 0, requeued: 0 };
+
+  /** Validates `options` (throwing an error that names a bad option) and attaches the producer. */
+  constructor(options: WorkPullingControllerOptions) {
+    super();
+    this.#options = resolveControllerOptions(options);
+    const { queue, queueRetryAttempts, queueRetryBackoff, queueTimeout, clock } = this.#options;
+    if (queue) {
+      this.#lane = new DurableLane(
+        queue,
+        { attempts: queueRetryAttempts, backoff: queueRetryBackoff, timeout: queueTimeout },
+        clock,
+      );
+    }
+    const port: ProducerPort = {
+      produced: (message) => this.#post(() => this.#onProduced(message)),
+      storedAck: (message) => this.#post(() => this.#onStoredAck(message)),
+      maxPayloadBytes: this.#options.maxPayloadBytes,
+      deliveryConfirmation: this.#options.deliveryConfirmation,
+    };
+    this.#options.producer.attach(port);
+  }
+
+  /** The producer (flow) name. */
+  get name(): string {
+    return this.#options.name;
+  }
+
+  /** The current lifecycle state. */
+  get state(): ControllerState {
+    return this.#state;
+  }
+
+  /** The current session (empty before `start`). */
+  get session(): string {
+    return this.#session;
+  }
+
+  /** The largest payload accepted, in UTF-8 bytes of its JSON text. */
+  get maxPayloadBytes(): number {
+    return this.#options.maxPayloadBytes;
+  }
+
+  /** Start: load the durable queue (if any) and begin serving workers and the producer. */
+  start(): Promise<void> {
+    if (this.#state !== "idle") {
+      return Promise.reject(new Error(`Cannot start the controller: it is ${this.#state}`));
+    }
+    return this.#incarnate();
+  }
+
+  /**
+   * Start a fresh incarnation after a terminal failure (or to take the queue back): a new
+   * session and, with a durable queue, a new epoch that fences every earlier writer.
+   */
+  respawn(): Promise<void> {
+    if (this.#state === "closed" || this.#state === "idle") {
+      return Promise.reject(new Error(`Cannot respawn the controller: it is ${this.#state}`));
+    }
+    this.#failurePublished = false;
+    return this.#incarnate();
+  }
+
+  /** Stop for good: close every worker link and cancel all timers. */
+  close(): Promise<void> {
+    if (this.#state === "closed") return Promise.resolve();
+    this.#endIncarnation("controller-stopped");
+    this.#state = "closed";
+    for (const connection of [...this.#connections]) {
+      this.#closeConnection(connection, CloseCode.goingAway, "controller closed");
+    }
+    return Promise.resolve();
+  }
+
+  /** Same as {@linkcode WorkPullingController.close}. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  /**
+   * Attach a worker link. The transport feeds the returned receiver with the link's frames and
+   * its closure. `identity` is what the edge authenticated (a registration for another worker
+   * name is refused).
+   */
+  attach(link: Link, identity: LinkIdentity = {}): LinkReceiver {
+    const connection: Connection = {
+      link,
+      identity,
+      binding: undefined,
+      lastHeard: this.#options.clock.now(),
+      closed: false,
+    };
+    this.#connections.add(connection);
+    return {
+      receive: (frame) => this.#post(() => this.#onFrame(connection, frame)),
+      closed: (code) => this.#post(() => this.#onLinkClosed(connection, reasonForClose(code))),
+    };
+  }
+
+  /** A snapshot of the pool, the workers and the totals. */
+  stats(): ControllerStats {
+    return {
+      name: this.#options.name,
+      state: this.#state,
+      session: this.#session,
+      pending: this.#pending.length,
+      workers: this.#rotation.members.map((binding) => ({
+        worker: binding.worker,
+        incarnation: binding.incarnation,
+        binding: binding.id,
+        connected: this.#linkOf.has(binding),
+        window: Math.max(0, binding.demandUpTo - binding.confirmedSeq),
+        inFlight: binding.currentSeq - binding.confirmedSeq,
+        confirmed: binding.confirmedCount,
+      })),
+      totals: { ...this.#totals },
+    };
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // Lifecycle
+
+  #incarnate(): Promise<void> {
+    this.#endIncarnation("controller-restart");
+    this.#session = crypto.randomUUID();
+    const generation = this.#generation;
+    for (const connection of this.#connections) {
+      connection.link.send(encodeFrame({ type: "reset", session: this.#session }));
+    }
+    this.#scheduleTick(generation);
+    if (!this.#lane) {
+      this.#state = "running";
+      this.#post(() => this.#progress());
+      return Promise.resolve();
+    }
+    this.#state = "loading";
+    const lane = this.#lane;
+    return runWithRetry(
+      (signal) => lane.queue.load({ signal }),
+      lane.policy,
+      this.#options.clock,
+      this.#stop.signal,
+    ).then((outcome) =>
+      new Promise<void>((resolve, reject) => {
+        this.#post(() => {
+          if (generation !== this.#generation) {
+            return reject(new Error("the controller stopped while loading"));
+          }
+          if (!outcome.ok) {
+            this.#fail("load", outcome.error);
+            return reject(outcome.error);
+          }
+          this.#restore(
+            outcome.value.epoch,
+            outcome.value.state.currentSeq,
+            outcome.value.state.unconfirmed,
+          );
+          resolve();
+        });
+      })
+    );
+  }
+
+  #restore(
+    epoch: number,
+    currentSeq: number,
+    unconfirmed: readonly { messageId: string; seq: number; payload: string }[],
+  ) {
+    this.#lane!.reset(epoch);
+    this.#storeSeq = currentSeq;
+    for (const { messageId, seq, payload } of unconfirmed) {
+      const job: Job = { messageId, storeSeq: seq, payload };
+      this.#pending.pushBack(job);
+      this.#owned.set(messageId, job);
+    }
+    this.#state = "running";
+    this.#progress();
+  }
+
+  /** Drop everything that belongs to the current incarnation. */
+  #endIncarnation(reason: UnbindReason): void {
+    this.#generation += 1;
+    this.#stop.abort();
+    this.#stop = new AbortController();
+    this.#tick?.cancel();
+    this.#tick = undefined;
+    for (const binding of [...this.#rotation.members]) this.#endBinding(binding, reason);
+    this.#pending.clear();
+    this.#owned.clear();
+    this.#dirty.clear();
+    this.#handshake = IDLE;
+    this.#lastCompleted = undefined;
+    this.#storeSeq = 0;
+    this.#lane?.reset(0);
+  }
+
+  /** A terminal failure: one event per incarnation, then stopped until `respawn()`. */
+  #fail(stage: FailureStage, error: unknown): void {
+    if (this.#state === "failed" || this.#state === "closed") return;
+    this.#endIncarnation("controller-stopped");
+    this.#state = "failed";
+    if (this.#failurePublished) return;
+    this.#failurePublished = true;
+    this.dispatchEvent(
+      new ReliableDeliveryFailedEvent(this.#options.name, stage, "producer", error),
+    );
+  }
+
+  /** Durable retries exhausted: restart under a new session and reload. No failure event. */
+  #restart(cause: unknown): void {
+    this.#incarnate().catch(() => {/* a failed reload already published its failure */});
+    this.dispatchEvent(new ControllerRestartedEvent(this.#session, cause));
+  }
+
+  #scheduleTick(generation: number): void {
+    this.#tick = this.#options.clock.setTimeout(() => {
+      this.#post(() => {
+        if (generation !== this.#generation) return;
+        this.#onTick();
+        this.#scheduleTick(generation);
+      });
+    }, this.#options.retryInterval);
+  }
+
+  /** Retransmit the open handshake step; end silent links. */
+  #onTick(): void {
+    const handshake = this.#handshake;
+    if (handshake.phase === "credit") this.#tellProducer((p) => p.onRequestNext(handshake.request));
+    if (handshake.phase === "stored-ack") this.#tellProducer((p) => p.onStored(handshake.stored));
+    const now = this.#options.clock.now();
+    for (const connection of [...this.#connections]) {
+      const interval = connection.binding?.resendInterval ?? UNREGISTERED_INTERVAL;
+      if (now - connection.lastHeard > this.#options.silenceIntervals * interval) {
+        this.#closeConnection(
+          connection,
+          CloseCode.silent,
+          "no frame within the silence bound",
+          "silent",
+        );
+      }
+    }
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // The mailbox
+
+  #post(handler: () => void): void {
+    this.#mailbox.pushBack(handler);
+    if (this.#draining) return;
+    this.#draining = true;
+    try {
+      for (let next = this.#mailbox.shift(); next; next = this.#mailbox.shift()) {
+        try {
+          next();
+        } catch (error) {
+          // A bug in a handler must not take the process (or the other workers) down.
+          console.error("workpull: controller handler failed", error);
+        }
+        if (this.#mailbox.length === 0) this.#flush();
+      }
+    } finally {
+      this.#draining = false;
+    }
+  }
+
+  /** Write every binding's newly dispatched (or rewound) jobs to its link. */
+  #flush(): void {
+    for (const binding of this.#dirty) {
+      const connection = this.#linkOf.get(binding);
+      const last = Math.min(binding.currentSeq, binding.demandUpTo);
+      if (!connection) continue;
+      while (binding.sentSeq < last) {
+        const first = binding.sentSeq + 1;
+        const jobs: Job[] = [];
+        let size = 0;
+        for (let seq = first; seq <= last && jobs.length < MAX_WINDOW; seq++) {
+          const job = binding.jobAt(seq)!;
+          if (jobs.length > 0 && size + job.payload.length > JOBS_FRAME_CHARS) break;
+          jobs.push(job);
+          size += job.payload.length + job.messageId.length;
+        }
+        binding.sentSeq += jobs.length;
+        connection.link.send(encodeJobsFrame(this.#session, first, jobs));
+      }
+    }
+    this.#dirty.clear();
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // Worker frames
+
+  #onFrame(connection: Connection, data: unknown): void {
+    if (connection.closed || (this.#state !== "running" && this.#state !== "loading")) return;
+    const decoded = decodeWorkerFrame(data, this.#options.maxWorkerFrame);
+    if (!decoded.ok) {
+      this.dispatchEvent(
+        new FrameRejectedEvent(this.#workerOf(connection), decoded.reason, decoded.detail),
+      );
+      const code = decoded.reason === "too-large" ? CloseCode.tooLarge : CloseCode.invalidFrame;
+      this.#closeConnection(connection, code, decoded.reason, "malformed-frame");
+      return;
+    }
+    connection.lastHeard = this.#options.clock.now();
+    const frame: WorkerFrame = decoded.frame;
+    if (frame.type === "register") this.#onRegister(connection, frame);
+    else if (frame.type === "request") this.#onRequest(connection, frame);
+    else this.#onAck(connection, frame);
+  }
+
+  #workerOf(connection: Connection): string | undefined {
+    return connection.binding?.worker ?? connection.identity.worker;
+  }
+
+  #reject(connection: Connection, reason: FrameRejectedEvent["reason"], detail: string): void {
+    this.dispatchEvent(new FrameRejectedEvent(this.#workerOf(connection), reason, detail));
+  }
+
+  #onRegister(connection: Connection, frame: RegisterFrame): void {
+    if (frame.producer !== this.#options.name) {
+      return this.#reject(connection, "wrong-producer", `registered for "${frame.producer}"`);
+    }
+    if (connection.identity.worker !== undefined && connection.identity.worker !== frame.worker) {
+      this.#reject(
+        connection,
+        "identity-mismatch",
+        `link is authorized for "${connection.identity.worker}"`,
+      );
+      return this.#closeConnection(
+        connection,
+        CloseCode.policy,
+        "identity mismatch",
+        "disconnected",
+      );
+    }
+    if (connection.binding && connection.binding.worker !== frame.worker) {
+      return this.#reject(
+        connection,
+        "already-bound",
+        `link is bound to "${connection.binding.worker}"`,
+      );
+    }
+    const verdict = this.#incarnations.admit(frame.worker, frame.incarnation);
+    if (verdict.kind === "stale") {
+      return this.#reject(
+        connection,
+        "stale-incarnation",
+        `incarnation ${frame.incarnation} was replaced`,
+      );
+    }
+    let binding = this.#bindings.get(frame.worker);
+    if (binding && binding.incarnation !== frame.incarnation) {
+      this.#endBinding(binding, "replaced");
+      binding = undefined;
+    }
+    if (!binding) {
+      binding = new Binding(
+        `b${++this.#bindingCounter}`,
+        frame.worker,
+        frame.incarnation,
+        frame.nonce,
+        frame.resendInterval,
+      );
+      this.#bindings.set(frame.worker, binding);
+      this.#rotation.add(binding);
+      this.#attachBinding(binding, connection);
+      this.dispatchEvent(new WorkerBoundEvent(binding.worker, binding.incarnation, binding.id));
+    } else if (binding.nonce !== frame.nonce || this.#linkOf.get(binding) !== connection) {
+      // The same incarnation again: a periodic re-registration or a reconnect. The sub-flow
+      // survives; demand granted under the previous nonce authorizes nothing new.
+      binding.nonce = frame.nonce;
+      binding.resendInterval = frame.resendInterval;
+      binding.demandUpTo = binding.currentSeq;
+      const previous = this.#linkOf.get(binding);
+      if (previous !== connection) {
+        if (previous) {
+          previous.binding = undefined;
+          this.#closeConnection(previous, CloseCode.superseded, "superseded by a new connection");
+        }
+        this.#attachBinding(binding, connection);
+      }
+    }
+    connection.link.send(encodeFrame({
+      type: "registered",
+      session: this.#session,
+      binding: binding.id,
+      nextSeq: binding.confirmedSeq + 1,
+      nonce: binding.nonce,
+    }));
+    this.#progress();
+  }
+
+  #attachBinding(binding: Binding, connection: Connection): void {
+    this.#graceTimers.get(binding)?.cancel();
+    this.#graceTimers.delete(binding);
+    this.#linkOf.set(binding, connection);
+    connection.binding = binding;
+  }
+
+  /** The binding `frame` speaks for, or undefined when it is stale (dropped silently). */
+  #current(connection: Connection, frame: RequestFrame | AckFrame): Binding | undefined {
+    const binding = connection.binding;
+    if (!binding || frame.session !== this.#session || frame.nonce !== binding.nonce) {
+      return undefined;
+    }
+    return binding;
+  }
+
+  #onRequest(connection: Connection, frame: RequestFrame): void {
+    const binding = this.#current(connection, frame);
+    if (!binding) return;
+    const { confirmed, upTo } = frame;
+    if (confirmed > binding.currentSeq || upTo < confirmed || upTo > confirmed + MAX_WINDOW) {
+      this.#endBinding(binding, "illegal-demand");
+      return this.#progress();
+    }
+    this.#confirm(binding, confirmed);
+    binding.demandUpTo = upTo;
+    if (frame.resend) binding.sentSeq = binding.confirmedSeq;
+    this.#dirty.add(binding);
+    this.#progress();
+  }
+
+  #onAck(connection: Connection, frame: AckFrame): void {
+    const binding = this.#current(connection, frame);
+    if (!binding) return;
+    if (frame.confirmed > binding.currentSeq) {
+      this.#endBinding(binding, "illegal-confirmation");
+      return this.#progress();
+    }
+    this.#confirm(binding, frame.confirmed);
+    this.#progress();
+  }
+
+  #confirm(binding: Binding, confirmed: number): void {
+    const done = binding.advance(confirmed);
+    if (done.length === 0) return;
+    this.#totals.confirmed += done.length;
+    for (const job of done) {
+      this.#owned.delete(job.messageId);
+      if (this.#options.deliveryConfirmation) {
+        const notice = { session: this.#session, messageId: job.messageId, seq: job.storeSeq };
+        this.#tellProducer((p) => p.onDeliveryConfirmed?.(notice));
+      }
+    }
+    if (this.#lane) {
+      this.#lane.confirm(done.map((job) => job.messageId));
+      this.#pumpLane();
+    }
+  }
+
+  #onLinkClosed(connection: Connection, reason: UnbindReason): void {
+    if (connection.closed) return;
+    connection.closed = true;
+    this.#connections.delete(connection);
+    const binding = connection.binding;
+    connection.binding = undefined;
+    if (!binding || this.#linkOf.get(binding) !== connection) return;
+    this.#linkOf.delete(binding);
+    const grace = this.#options.reconnectGrace;
+    if (grace > 0 && reason === "disconnected" && this.#state === "running") {
+      const generation = this.#generation;
+      this.#graceTimers.set(
+        binding,
+        this.#options.clock.setTimeout(() =>
+          this.#post(() => {
+            if (
+              generation === this.#generation && this.#bindings.get(binding.worker) === binding &&
+              !this.#linkOf.has(binding)
+            ) {
+              this.#endBinding(binding, "disconnected");
+              this.#progress();
+            }
+          }), grace),
+      );
+      return;
+    }
+    this.#endBinding(binding, reason);
+    this.#progress();
+  }
+
+  #closeConnection(
+    connection: Connection,
+    code: number,
+    reason: string,
+    unbind: UnbindReason = "disconnected",
+  ) {
+    if (connection.closed) return;
+    try {
+      connection.link.close(code, reason);
+    } catch {
+      // The link is already gone; what matters is forgetting it.
+    }
+    this.#onLinkClosed(connection, unbind);
+  }
+
+  /** End a binding: its unconfirmed jobs go back to the head of the pool, in order. */
+  #endBinding(binding: Binding, reason: UnbindReason): void {
+    if (this.#bindings.get(binding.worker) !== binding) return;
+    this.#bindings.delete(binding.worker);
+    this.#rotation.remove(binding);
+    this.#dirty.delete(binding);
+    this.#graceTimers.get(binding)?.cancel();
+    this.#graceTimers.delete(binding);
+    const connection = this.#linkOf.get(binding);
+    if (connection) connection.binding = undefined;
+    this.#linkOf.delete(binding);
+    const jobs = binding.drain();
+    for (let i = jobs.length - 1; i >= 0; i--) this.#pending.pushFront(jobs[i]);
+    this.#totals.requeued += jobs.length;
+    this.dispatchEvent(
+      new WorkerUnboundEvent(binding.worker, binding.incarnation, binding.id, reason, jobs.length),
+    );
+    if (jobs.length > 0) {
+      this.dispatchEvent(new RequeuedEvent(binding.worker, jobs.map((job) => job.messageId)));
+    }
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // Dispatch and credit
+
+  #progress(): void {
+    if (this.#state !== "running") return;
+    this.#dispatch();
+    this.#openCredit();
+  }
+
+  #dispatch(): void {
+    const eligible = (binding: Binding) => binding.freeDemand > 0 && this.#linkOf.has(binding);
+    while (this.#pending.length > 0) {
+      const binding = this.#rotation.next(eligible);
+      if (!binding) return;
+      if (binding.currentSeq >= MAX_SEQ) {
+        return this.#fail(
+          "protocol",
+          new RangeError(`worker sequence space of ${binding.worker} exhausted`),
+        );
+      }
+      binding.assign(this.#pending.shift()!);
+      this.#totals.dispatched += 1;
+      this.#dirty.add(binding);
+    }
+  }
+
+  #openCredit(): void {
+    if (this.#handshake.phase !== "idle") return;
+    let free = 0;
+    for (const binding of this.#rotation.members) {
+      if (this.#linkOf.has(binding)) free += binding.freeDemand;
+    }
+    if (free <= this.#pending.length) return;
+    const request: RequestNext = {
+      session: this.#session,
+      token: `t${++this.#tokenCounter}`,
+      maxJobs: Math.min(free - this.#pending.length, this.#options.maxBatch),
+    };
+    this.#handshake = { phase: "credit", request };
+    this.#tellProducer((p) => p.onRequestNext(request));
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // The producer handshake
+
+  /** Call the producer; its exceptions are its own and must not break the controller. */
+  #tellProducer(call: (producer: ProducerEndpoint) => void): void {
+    try {
+      call(this.#options.producer);
+    } catch (error) {
+      console.error("workpull: the producer threw while handling a controller message", error);
+    }
+  }
+
+  #onProduced(raw: unknown): void {
+    if (this.#state !== "running") return;
+    const parsed = v.safeParse(Produced, raw);
+    if (!parsed.success) {
+      return this.#fail("protocol", new TypeError(`invalid Produced: ${parsed.issues[0].message}`));
+    }
+    const message = parsed.output;
+    if (message.session !== this.#session) return; // an earlier session's answer
+    const jobs = "jobs" in message
+      ? message.jobs
+      : [{ messageId: message.messageId, payload: message.payload }];
+    const ids = jobs.map((job) => job.messageId);
+    const handshake = this.#handshake;
+    if (
+      (handshake.phase === "store" || handshake.phase === "stored-ack" ||
+        handshake.phase === "accept") &&
+      handshake.token === message.token && sameIds(handshake.ids, ids)
+    ) return; // an exact duplicate of the answer in progress
+    const last = this.#lastCompleted;
+    if (last && last.token === message.token && sameIds(last.ids, ids)) return; // a late duplicate
+    if (handshake.phase !== "credit") {
+      return this.#fail("protocol", new Error(`unexpected Produced in phase ${handshake.phase}`));
+    }
+    if (handshake.request.token !== message.token) {
+      return this.#fail("protocol", new Error("Produced token mismatch"));
+    }
+    if (jobs.length > handshake.request.maxJobs) {
+      return this.#fail(
+        "protocol",
+        new RangeError(
+          `Produced carries ${jobs.length} jobs; the grant allowed ${handshake.request.maxJobs}`,
+        ),
+      );
+    }
+    if (new Set(ids).size !== ids.length) {
+      return this.#fail("protocol", new Error("Produced repeats a MessageID"));
+    }
+    const encoded: BatchStoreJob[] = [];
+    for (const job of jobs) {
+      const payload = encodePayload(job.payload);
+      if (payload === undefined) {
+        return this.#fail(
+          "protocol",
+          new TypeError(`the payload of ${job.messageId} is not JSON-serializable`),
+        );
+      }
+      if (utf8Length(payload) > this.#options.maxPayloadBytes) {
+        return this.#fail(
+          "protocol",
+          new RangeError(
+            `the payload of ${job.messageId} exceeds ${this.#options.maxPayloadBytes} bytes`,
+          ),
+        );
+      }
+      encoded.push({ messageId: job.messageId, payload });
+    }
+    this.#handshake = { phase: "store", token: message.token, ids };
+    if (this.#lane) {
+      this.#lane.store(encoded, this.#storeSeq);
+      this.#pumpLane();
+      return;
+    }
+    const results: StoreResult[] = [];
+    for (const job of encoded) {
+      const owned = this.#owned.get(job.messageId);
+      if (owned) {
+        results.push({ seq: owned.storeSeq, alreadyStored: true, payload: owned.payload });
+        continue;
+      }
+      if (this.#storeSeq >= MAX_SEQ) {
+        return this.#fail("protocol", new RangeError("store sequence space exhausted"));
+      }
+      results.push({ seq: ++this.#storeSeq, alreadyStored: false, payload: job.payload });
+    }
+    this.#completeStore(results);
+  }
+
+  #completeStore(results: readonly StoreResult[]): void {
+    const handshake = this.#handshake;
+    if (handshake.phase !== "store") return;
+    const jobs = results.map((result, i): Job => ({
+      messageId: handshake.ids[i],
+      storeSeq: result.seq,
+      payload: result.payload,
+    }));
+    this.#totals.stored += results.filter((result) => !result.alreadyStored).length;
+    const stored: Stored = {
+      session: this.#session,
+      token: handshake.token,
+      jobs: jobs.map((job) => ({ messageId: job.messageId, seq: job.storeSeq })),
+    };
+    this.#handshake = {
+      phase: "stored-ack",
+      token: handshake.token,
+      ids: handshake.ids,
+      jobs,
+      stored,
+    };
+    this.#tellProducer((p) => p.onStored(stored));
+  }
+
+  #onStoredAck(raw: unknown): void {
+    if (this.#state !== "running") return;
+    const parsed = v.safeParse(StoredAck, raw);
+    if (!parsed.success) {
+      return this.#fail(
+        "protocol",
+        new TypeError(`invalid StoredAck: ${parsed.issues[0].message}`),
+      );
+    }
+    const { session, token } = parsed.output;
+    if (session !== this.#session) return;
+    const handshake = this.#handshake;
+    if (handshake.phase === "stored-ack" && handshake.token === token) {
+      this.#handshake = { phase: "accept", token, ids: handshake.ids, jobs: handshake.jobs };
+      if (this.#lane) {
+        this.#lane.accept(handshake.ids);
+        this.#pumpLane();
+      } else {
+        this.#completeAccept();
+      }
+      return;
+    }
+    if (handshake.phase === "accept" && handshake.token === token) return;
+    if (this.#lastCompleted?.token === token) return;
+    this.#fail("protocol", new Error(`unexpected StoredAck in phase ${handshake.phase}`));
+  }
+
+  #completeAccept(): void {
+    const handshake = this.#handshake;
+    if (handshake.phase !== "accept") return;
+    for (const job of handshake.jobs) {
+      // A resubmission of a job the controller already holds is not dispatched twice.
+      if (this.#owned.has(job.messageId)) continue;
+      this.#owned.set(job.messageId, job);
+      this.#pending.pushBack(job);
+      this.#totals.accepted += 1;
+    }
+    this.#lastCompleted = { token: handshake.token, ids: handshake.ids };
+    this.#handshake = IDLE;
+    const accepted = { session: this.#session, token: handshake.token };
+    this.#tellProducer((p) => p.onAccepted?.(accepted));
+    this.#progress();
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // The durable lane
+
+  #pumpLane(): void {
+    const lane = this.#lane;
+    const unit = lane?.next();
+    if (!lane || !unit) return;
+    const generation = this.#generation;
+    lane.execute(unit, this.#stop.signal).then((outcome) =>
+      this.#post(() => {
+        if (generation === this.#generation) this.#onLaneOutcome(unit, outcome);
+      })
+    );
+  }
+
+  #onLaneOutcome(unit: LaneUnit, outcome: UnitOutcome): void {
+    const progress = this.#lane!.complete(unit, outcome);
+    switch (progress.kind) {
+      case "stored":
+        this.#storeSeq = progress.cursor;
+        this.#completeStore(progress.results);
+        break;
+      case "accepted":
+        this.#completeAccept();
+        break;
+      case "failed":
+        if (progress.terminal) return this.#fail(progress.stage, progress.error);
+        return this.#restart(progress.error);
+    }
+    this.#pumpLane();
+  }
+}
+
+function sameIds(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((id, i) => id === b[i]);
+}
+
+/** JSON text of a payload, or undefined when it has none (undefined, a function, a cycle). */
+function encodePayload(payload: unknown): string | undefined {
+  try {
+    return JSON.stringify(payload) ?? undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function reasonForClose(code: number): UnbindReason {
+  if (code === CloseCode.backpressure) return "backpressure";
+  if (code === CloseCode.silent) return "silent";
+  return "disconnected";
+}
+
+/** Typed event listeners. */
+export interface WorkPullingController {
+  /** Listen for a typed controller event. */
+  addEventListener<K extends keyof ControllerEventMap>(
+    type: K,
+    listener: (event: ControllerEventMap[K]) => void,
+    options?: boolean | AddEventListenerOptions,
+  ): void;
+  /** Listen for any event. */
+  addEventListener(
+    type: string,
+    listener: EventListenerOrEventListenerObject | null,
+    options?: boolean | AddEventListenerOptions,
+  ): void;
+  /** Stop listening for a typed controller event. */
+  removeEventListener<K extends keyof ControllerEventMap>(
+    type: K,
+    listener: (event: ControllerEventMap[K]) => void,
+    options?: boolean | EventListenerOptions,
+  ): void;
+  /** Stop listening. */
+  removeEventListener(
+    type: string,
+    listener: EventListenerOrEventListenerObject | null,
+    options?: boolean | EventListenerOptions,
+  ): void;
+}

@@ -1,0 +1,364 @@
+/**
+ * The durable lane: every write to the {@linkcode DurableWorkQueue} goes through it, one backend
+ * transaction at a time.
+ *
+ * A transaction (a "unit") carries the in-flight handshake's Store or Accept (the handshake
+ * takes precedence) together with as many queued confirmations as fit the queue's batch limits:
+ * group commit. A Store or Accept larger than one unit is split across consecutive units; each
+ * is atomic on its own, and a crash between them is healed by first-write-wins when the producer
+ * resubmits. Queues without `commit` get the same units applied one operation at a time.
+ *
+ * Each unit is retried under the policy (attempts, exponential backoff, a per-attempt timeout
+ * that aborts the call). Fenced or conflict errors stop at once and are terminal; other errors,
+ * once the attempts run out, make the controller restart.
+ *
+ * The lane's state changes only through its synchronous methods, which the controller calls from
+ * its mailbox; {@linkcode DurableLane.execute} is the only asynchronous part and never rejects.
+ *
+ * @module
+ */
+
+import type { Clock } from "../core/clock.ts";
+import { Deque } from "../core/deque.ts";
+import {
+  type BatchStoreJob,
+  type DurableWorkQueue,
+  isTerminalQueueError,
+  type QueueBatchLimits,
+  QueueConflictError,
+  type StoreResult,
+} from "../queue/work_queue.ts";
+import type { FailureStage } from "./events.ts";
+
+/** Retry policy for durable operations. */
+export interface LanePolicy {
+  /** Attempts per unit, counting the first (at least 1). */
+  readonly attempts: number;
+  /** Wait before the second attempt, doubling after each further failure (ms). */
+  readonly backoff: number;
+  /** Each attempt is aborted after this long (ms). */
+  readonly timeout: number;
+}
+
+/** One backend transaction. */
+export interface LaneUnit {
+  readonly epoch: number;
+  readonly store?: { readonly firstSeq: number; readonly jobs: readonly BatchStoreJob[] };
+  readonly accept?: readonly string[];
+  readonly confirm: readonly string[];
+}
+
+/** What {@linkcode DurableLane.execute} reports. */
+export type UnitOutcome =
+  | { readonly ok: true; readonly stored: readonly StoreResult[] }
+  | { readonly ok: false; readonly terminal: boolean; readonly error: unknown };
+
+/** What completing a unit means for the controller. */
+export type LaneProgress =
+  | { readonly kind: "none" }
+  | { readonly kind: "stored"; readonly results: readonly StoreResult[]; readonly cursor: number }
+  | { readonly kind: "accepted" }
+  | {
+    readonly kind: "failed";
+    readonly stage: FailureStage;
+    readonly terminal: boolean;
+    readonly error: unknown;
+  };
+
+type HandshakeWork =
+  | {
+    kind: "store";
+    readonly jobs: readonly BatchStoreJob[];
+    next: number;
+    cursor: number;
+    results: StoreResult[];
+  }
+  | { kind: "accept"; readonly ids: readonly string[]; next: number };
+
+const UNLIMITED: QueueBatchLimits = {
+  maxOperations: Number.MAX_SAFE_INTEGER,
+  maxBytes: Number.MAX_SAFE_INTEGER,
+};
+
+/** The single lane of durable writes for one controller incarnation. */
+export class DurableLane {
+  /** The writer epoch from the latest load. */
+  epoch = 0;
+  #handshake: HandshakeWork | undefined;
+  readonly #confirms = new Deque<string>();
+  #running: LaneUnit | undefined;
+  readonly #limits: QueueBatchLimits;
+
+  /** Creates a lane over `queue`. */
+  constructor(
+    readonly queue: DurableWorkQueue,
+    readonly policy: LanePolicy,
+    readonly clock: Clock,
+  ) {
+    this.#limits = queue.commit ? queue.batchLimits ?? UNLIMITED : UNLIMITED;
+  }
+
+  /** True while a unit is executing. */
+  get busy(): boolean {
+    return this.#running !== undefined;
+  }
+
+  /** Confirmations waiting for a unit. */
+  get queuedConfirms(): number {
+    return this.#confirms.length;
+  }
+
+  /** Forget everything (a new incarnation or a stop); a running unit's outcome will be ignored. */
+  reset(epoch: number): void {
+    this.epoch = epoch;
+    this.#handshake = undefined;
+    this.#confirms.clear();
+    this.#running = undefined;
+  }
+
+  /** Queue the handshake's Store; new jobs are appended after `cursor`. */
+  store(jobs: readonly BatchStoreJob[], cursor: number): void {
+    this.#handshake = { kind: "store", jobs, next: 0, cursor, results: [] };
+  }
+
+  /** Queue the handshake's Accept. */
+  accept(ids: readonly string[]): void {
+    this.#handshake = { kind: "accept", ids, next: 0 };
+  }
+
+  /** Queue confirmations. */
+  confirm(ids: Iterable<string>): void {
+    for (const id of ids) this.#confirms.pushBack(id);
+  }
+
+  /** Build the next unit when idle and there is work; the caller executes it. */
+  next(): LaneUnit | undefined {
+    if (this.#running) return undefined;
+    const budget = {
+      operations: Math.max(1, this.#limits.maxOperations),
+      bytes: this.#limits.maxBytes,
+    };
+    const take = (bytes: number, first: boolean) => {
+      if (!first && (budget.operations < 1 || budget.bytes < bytes)) return false;
+      budget.operations -= 1;
+      budget.bytes -= bytes;
+      return true;
+    };
+    let unit: { epoch: number; store?: LaneUnit["store"]; accept?: string[]; confirm: string[] } = {
+      epoch: this.epoch,
+      confirm: [],
+    };
+    const work = this.#handshake;
+    if (work?.kind === "store") {
+      const jobs: BatchStoreJob[] = [];
+      for (let i = work.next; i < work.jobs.length; i++) {
+        const job = work.jobs[i];
+        if (!take(utf8Length(job.messageId) + utf8Length(job.payload), jobs.length === 0)) break;
+        jobs.push(job);
+      }
+      unit.store = { firstSeq: work.cursor + 1, jobs };
+    } else if (work?.kind === "accept") {
+      const ids: string[] = [];
+      for (let i = work.next; i < work.ids.length; i++) {
+        if (!take(utf8Length(work.ids[i]), ids.length === 0)) break;
+        ids.push(work.ids[i]);
+      }
+      unit.accept = ids;
+    }
+    while (this.#confirms.length > 0) {
+      const id = this.#confirms.peek()!;
+      if (!take(utf8Length(id), !work && unit.confirm.length === 0)) break;
+      unit.confirm.push(this.#confirms.shift()!);
+    }
+    if (!unit.store && !unit.accept && unit.confirm.length === 0) return undefined;
+    this.#running = unit = Object.freeze(unit);
+    return unit;
+  }
+
+  /** Run `unit` against the queue under the retry policy. Never rejects. */
+  async execute(unit: LaneUnit, stop: AbortSignal): Promise<UnitOutcome> {
+    const outcome = await runWithRetry(
+      (signal) => this.#call(unit, signal),
+      this.policy,
+      this.clock,
+      stop,
+    );
+    return outcome.ok ? { ok: true, stored: outcome.value } : outcome;
+  }
+
+  /** Apply the outcome of the running unit. */
+  complete(unit: LaneUnit, outcome: UnitOutcome): LaneProgress {
+    if (this.#running !== unit) return { kind: "none" };
+    this.#running = undefined;
+    const stage: FailureStage = unit.store ? "store" : unit.accept ? "accept" : "confirm";
+    if (!outcome.ok) {
+      return { kind: "failed", stage, terminal: outcome.terminal, error: outcome.error };
+    }
+    const work = this.#handshake;
+    if (unit.store && work?.kind === "store") {
+      const problem = checkStoreResults(unit.store.jobs.length, outcome.stored, work);
+      if (problem) return { kind: "failed", stage, terminal: true, error: problem };
+      work.next += unit.store.jobs.length;
+      if (work.next === work.jobs.length) {
+        this.#handshake = undefined;
+        return { kind: "stored", results: work.results, cursor: work.cursor };
+      }
+    }
+    if (unit.accept && work?.kind === "accept") {
+      work.next += unit.accept.length;
+      if (work.next === work.ids.length) {
+        this.#handshake = undefined;
+        return { kind: "accepted" };
+      }
+    }
+    return { kind: "none" };
+  }
+
+  async #call(unit: LaneUnit, signal: AbortSignal): Promise<readonly StoreResult[]> {
+    const queue = this.queue;
+    if (queue.commit) {
+      const result = await queue.commit(unit.epoch, {
+        store: unit.store,
+        accept: unit.accept,
+        confirm: unit.confirm,
+      }, { signal });
+      return result.stored;
+    }
+    const stored: StoreResult[] = [];
+    if (unit.store) {
+      // One operation at a time; a retry after a partial run is idempotent because every
+      // already-stored job reports its sequence and moves the local cursor past it.
+      let cursor = unit.store.firstSeq - 1;
+      for (const job of unit.store.jobs) {
+        const result = await queue.store(unit.epoch, { ...job, proposedSeq: cursor + 1 }, {
+          signal,
+        });
+        cursor = Math.max(cursor, result.seq);
+        stored.push(result);
+      }
+    }
+    for (const id of unit.accept ?? []) await queue.accept(unit.epoch, id, { signal });
+    for (const id of unit.confirm) await queue.confirmMessage(unit.epoch, id, { signal });
+    return stored;
+  }
+}
+
+/** The outcome of {@linkcode runWithRetry}. */
+export type RetryOutcome<T> =
+  | { readonly ok: true; readonly value: T }
+  | { readonly ok: false; readonly terminal: boolean; readonly error: unknown };
+
+/**
+ * Call `operation` until it succeeds, a terminal queue error occurs, the attempts run out or
+ * `stop` aborts. Each attempt gets its own signal, aborted after `policy.timeout`. Never rejects.
+ */
+export async function runWithRetry<T>(
+  operation: (signal: AbortSignal) => Promise<T>,
+  policy: LanePolicy,
+  clock: Clock,
+  stop: AbortSignal,
+): Promise<RetryOutcome<T>> {
+  let lastError: unknown = new Error("stopped before the first attempt");
+  for (let attempt = 1; attempt <= policy.attempts && !stop.aborted; attempt++) {
+    if (attempt > 1) await interruptible(clock, policy.backoff * 2 ** (attempt - 2), stop);
+    if (stop.aborted) break;
+    try {
+      return { ok: true, value: await attemptWithTimeout(operation, policy.timeout, clock, stop) };
+    } catch (error) {
+      if (isTerminalQueueError(error)) return { ok: false, terminal: true, error };
+      lastError = error;
+    }
+  }
+  return { ok: false, terminal: false, error: lastError };
+}
+
+async function attemptWithTimeout<T>(
+  operation: (signal: AbortSignal) => Promise<T>,
+  timeout: number,
+  clock: Clock,
+  stop: AbortSignal,
+): Promise<T> {
+  const abort = new AbortController();
+  let timer: { cancel(): void } | undefined;
+  let onStop: (() => void) | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    const fail = (error: Error) => {
+      abort.abort(error);
+      reject(error);
+    };
+    timer = clock.setTimeout(() => {
+      const error = new Error(`durable operation timed out after ${timeout} ms`);
+      error.name = "TimeoutError";
+      fail(error);
+    }, timeout);
+    onStop = () => fail(new Error("durable operation abandoned: the controller stopped"));
+    stop.addEventListener("abort", onStop, { once: true });
+  });
+  try {
+    return await Promise.race([operation(abort.signal), expired]);
+  } finally {
+    timer?.cancel();
+    stop.removeEventListener("abort", onStop!);
+  }
+}
+
+/** Wait `ms` on `clock`, or less if `stop` aborts. */
+function interruptible(clock: Clock, ms: number, stop: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      timer.cancel();
+      stop.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = clock.setTimeout(done, ms);
+    stop.addEventListener("abort", done, { once: true });
+  });
+}
+
+/**
+ * The controller does not trust the queue's answers: a new job must land exactly at the next
+ * sequence, and a job already stored cannot sit beyond it. Returns an error or undefined, and
+ * advances the work's cursor and results.
+ */
+function checkStoreResults(
+  expected: number,
+  results: readonly StoreResult[],
+  work: { cursor: number; results: StoreResult[] },
+): QueueConflictError | undefined {
+  if (!Array.isArray(results) || results.length !== expected) {
+    return new QueueConflictError(`store returned ${results?.length} results for ${expected} jobs`);
+  }
+  for (const result of results) {
+    const valid = Number.isSafeInteger(result?.seq) && result.seq > 0 &&
+      typeof result.payload === "string" && result.payload !== "";
+    if (!valid) return new QueueConflictError("store returned a malformed result");
+    // A job stored by an earlier attempt whose answer was lost reports the next sequence too.
+    if (result.seq > work.cursor) {
+      if (result.seq !== work.cursor + 1) {
+        return new QueueConflictError(
+          `store assigned sequence ${result.seq}; the next sequence is ${work.cursor + 1}`,
+        );
+      }
+      work.cursor = result.seq;
+    } else if (!result.alreadyStored) {
+      return new QueueConflictError(
+        `store appended at ${result.seq}, behind the cursor ${work.cursor}`,
+      );
+    }
+    work.results.push(result);
+  }
+  return undefined;
+}
+
+/** UTF-8 byte length of a string without allocating. */
+export function utf8Length(text: string): number {
+  let bytes = text.length;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (code < 0x80) continue;
+    if (code < 0x800) bytes += 1;
+    else if (code >= 0xd800 && code <= 0xdbff) i += 1, bytes += 2; // surrogate pair: 4 bytes
+    else bytes += 2;
+  }
+  return bytes;
+}

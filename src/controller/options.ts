@@ -1,0 +1,163 @@
+/**
+ * The controller's options, their defaults and their validation.
+ *
+ * @module
+ */
+
+import { type Clock, systemClock } from "../core/clock.ts";
+import {
+  booleanOption,
+  durationOption,
+  identifierOption,
+  integerOption,
+  optionsObject,
+} from "../core/options.ts";
+import type { DurableWorkQueue } from "../queue/work_queue.ts";
+import type { ProducerEndpoint } from "./producer_contract.ts";
+
+/** Options of {@linkcode WorkPullingController}. */
+export interface WorkPullingControllerOptions {
+  /** The producer (flow) name workers register for. */
+  readonly name: string;
+  /** The producer endpoint that answers `RequestNext` (for example a `BufferedProducer`). */
+  readonly producer: ProducerEndpoint;
+  /** Persist accepted jobs so they survive a controller crash. Default: none (volatile). */
+  readonly queue?: DurableWorkQueue;
+  /** RequestNext / Stored retransmission and liveness tick, ms. Default 500. */
+  readonly retryInterval?: number;
+  /** Tell the producer `DeliveryConfirmed` for every confirmed job. Default false. */
+  readonly deliveryConfirmation?: boolean;
+  /** Attempts per durable operation, counting the first. Default 3 (1..100). */
+  readonly queueRetryAttempts?: number;
+  /** Wait before the second durable attempt, doubling after each failure, ms. Default 100. */
+  readonly queueRetryBackoff?: number;
+  /** Each durable attempt is aborted after this long, ms. Default 5000. */
+  readonly queueTimeout?: number;
+  /** Most jobs one `Produced` may carry (the cap on a grant). Default 1000 (1..10,000). */
+  readonly maxBatch?: number;
+  /** Largest payload, as UTF-8 bytes of its JSON text. Default 1 MiB (or the queue's maximum). */
+  readonly maxPayloadBytes?: number;
+  /** End a binding after this many of the worker's resend intervals without a frame. Default 4. */
+  readonly silenceIntervals?: number;
+  /** Keep a disconnected worker's binding this long for a reconnect of the same incarnation, ms. Default 0. */
+  readonly reconnectGrace?: number;
+  /** Largest frame accepted from a worker, in characters. Default 65,536. */
+  readonly maxWorkerFrame?: number;
+  /** The time source. Default: the system clock. */
+  readonly clock?: Clock;
+}
+
+/** Options after validation, with defaults applied. */
+export interface ResolvedControllerOptions {
+  readonly name: string;
+  readonly producer: ProducerEndpoint;
+  readonly queue: DurableWorkQueue | undefined;
+  readonly retryInterval: number;
+  readonly deliveryConfirmation: boolean;
+  readonly queueRetryAttempts: number;
+  readonly queueRetryBackoff: number;
+  readonly queueTimeout: number;
+  readonly maxBatch: number;
+  readonly maxPayloadBytes: number;
+  readonly silenceIntervals: number;
+  readonly reconnectGrace: number;
+  readonly maxWorkerFrame: number;
+  readonly clock: Clock;
+}
+
+const OWNER = "WorkPullingController";
+const HOUR = 3_600_000;
+
+/** Validate `options`, throwing a `TypeError` or `RangeError` that names the offending option. */
+export function resolveControllerOptions(
+  options: WorkPullingControllerOptions,
+): ResolvedControllerOptions {
+  optionsObject(OWNER, options);
+  const producer = options.producer;
+  if (
+    typeof producer !== "object" || producer === null || typeof producer.attach !== "function" ||
+    typeof producer.onRequestNext !== "function" || typeof producer.onStored !== "function"
+  ) {
+    throw new TypeError(
+      `Cannot create ${OWNER}: option "producer" must implement attach, onRequestNext and onStored`,
+    );
+  }
+  const queue = options.queue;
+  if (queue !== undefined) {
+    const methods = ["load", "store", "accept", "confirmMessage"] as const;
+    if (
+      typeof queue !== "object" || queue === null ||
+      methods.some((m) => typeof queue[m] !== "function")
+    ) {
+      throw new TypeError(
+        `Cannot create ${OWNER}: option "queue" must implement load, store, accept and confirmMessage`,
+      );
+    }
+    if (queue.commit && !queue.batchLimits) {
+      throw new TypeError(
+        `Cannot create ${OWNER}: option "queue" implements commit without batchLimits`,
+      );
+    }
+  }
+  const queueMax = queue?.maxPayloadBytes ?? Number.MAX_SAFE_INTEGER;
+  const clock = options.clock ?? systemClock;
+  if (typeof clock.now !== "function" || typeof clock.setTimeout !== "function") {
+    throw new TypeError(`Cannot create ${OWNER}: option "clock" must implement now and setTimeout`);
+  }
+  return {
+    name: identifierOption(OWNER, "name", options.name),
+    producer,
+    queue,
+    retryInterval: durationOption(OWNER, "retryInterval", options.retryInterval, 500, 1, HOUR),
+    deliveryConfirmation: booleanOption(
+      OWNER,
+      "deliveryConfirmation",
+      options.deliveryConfirmation,
+      false,
+    ),
+    queueRetryAttempts: integerOption(
+      OWNER,
+      "queueRetryAttempts",
+      options.queueRetryAttempts,
+      3,
+      1,
+      100,
+    ),
+    queueRetryBackoff: durationOption(
+      OWNER,
+      "queueRetryBackoff",
+      options.queueRetryBackoff,
+      100,
+      1,
+      HOUR,
+    ),
+    queueTimeout: durationOption(OWNER, "queueTimeout", options.queueTimeout, 5000, 1, HOUR),
+    maxBatch: integerOption(OWNER, "maxBatch", options.maxBatch, 1000, 1, 10_000),
+    maxPayloadBytes: integerOption(
+      OWNER,
+      "maxPayloadBytes",
+      options.maxPayloadBytes,
+      Math.min(1024 * 1024, queueMax),
+      1,
+      queueMax,
+    ),
+    silenceIntervals: integerOption(
+      OWNER,
+      "silenceIntervals",
+      options.silenceIntervals,
+      4,
+      2,
+      1000,
+    ),
+    reconnectGrace: durationOption(OWNER, "reconnectGrace", options.reconnectGrace, 0, 0, HOUR),
+    maxWorkerFrame: integerOption(
+      OWNER,
+      "maxWorkerFrame",
+      options.maxWorkerFrame,
+      65_536,
+      1024,
+      16 * 1024 * 1024,
+    ),
+    clock,
+  };
+}

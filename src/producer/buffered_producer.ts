@@ -1,0 +1,290 @@
+/**
+ * A ready-made producer endpoint: `submit()` jobs at any time; they wait in a buffer until the
+ * controller grants credit (that is, until workers can take them).
+ *
+ * It keeps the contract's promises about loss and duplicates:
+ * - a job stays in the producer until it is Stored, and after that until it is accepted into
+ *   the pool; if the controller restarts in between (a new session), the job is resubmitted
+ *   under its original MessageID, so a durable queue's first-write-wins dispatches it once;
+ * - a retried grant gets the identical `Produced`;
+ * - when several submissions wait, one `Produced` carries a batch of them.
+ *
+ * @module
+ */
+
+import { Deque } from "../core/deque.ts";
+import { integerOption, optionsObject } from "../core/options.ts";
+import { utf8Length } from "../controller/durable_lane.ts";
+import type { ProducerEndpoint, ProducerPort } from "../controller/producer_contract.ts";
+import {
+  type Accepted,
+  type DeliveryConfirmed,
+  MAX_ID_LENGTH,
+  type RequestNext,
+  type Stored,
+} from "../protocol/schemas.ts";
+
+/** Options of {@linkcode BufferedProducer}. */
+export interface BufferedProducerOptions {
+  /** Most jobs per `Produced` (further capped by each grant). Default 1000 (1..10,000). */
+  readonly maxBatch?: number;
+}
+
+/** Options of {@linkcode BufferedProducer.submit}. */
+export interface SubmitOptions {
+  /** The stable deduplication key; default a random UUID. Reuse it to resubmit a job. */
+  readonly messageId?: string;
+}
+
+/** What a submission resolves to once the job is Stored. */
+export interface Receipt {
+  /** The job's MessageID. */
+  readonly messageId: string;
+  /** Its producer-visible store sequence. */
+  readonly seq: number;
+  /** Resolves when the job entered the pending pool (durable: it now survives a crash). */
+  readonly accepted: Promise<void>;
+  /**
+   * Resolves at the first worker confirmation; present only when the controller has
+   * `deliveryConfirmation` on. Never settles if the job is lost (volatile controller restart).
+   */
+  readonly confirmed?: Promise<DeliveryConfirmed>;
+}
+
+interface Deferred<T> {
+  readonly promise: Promise<T>;
+  resolve(value: T): void;
+  reject(error: unknown): void;
+}
+
+function deferred<T>(): Deferred<T> {
+  let resolve!: (value: T) => void;
+  let reject!: (error: unknown) => void;
+  const promise = new Promise<T>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
+}
+
+interface Item {
+  readonly messageId: string;
+  readonly payload: unknown;
+  readonly receipt: Deferred<Receipt>;
+  readonly accepted: Deferred<void>;
+  readonly confirmed: Deferred<DeliveryConfirmed> | undefined;
+  stored: boolean;
+}
+
+interface Batch {
+  readonly session: string;
+  readonly token: string;
+  readonly items: readonly Item[];
+}
+
+/**
+ * A buffered producer endpoint for a {@linkcode WorkPullingController}.
+ *
+ * @example Submit and wait for the confirmation
+ * ```ts
+ * import { BufferedProducer, connectInProcess, WorkerEndpoint, WorkPullingController } from "../../mod.ts";
+ *
+ * const producer = new BufferedProducer<string>();
+ * const controller = new WorkPullingController({ name: "mail", producer, deliveryConfirmation: true });
+ * await controller.start();
+ * connectInProcess(controller, new WorkerEndpoint<string>({ producer: "mail", name: "w1", handler: () => {} }));
+ * const receipt = await producer.submit("hello", { messageId: "mail-1" });
+ * await receipt.confirmed;
+ * await controller.close();
+ * ```
+ */
+export class BufferedProducer<T = unknown> implements ProducerEndpoint {
+  readonly #maxBatch: number;
+  #port: ProducerPort | undefined;
+  #session = "";
+  readonly #buffer = new Deque<Item>();
+  /** Items not yet stored, by MessageID (a resubmission while waiting joins the same item). */
+  readonly #waiting = new Map<string, Item>();
+  readonly #confirmations = new Map<string, Deferred<DeliveryConfirmed>>();
+  #grant: RequestNext | undefined;
+  #answered: (Batch & { readonly message: Parameters<ProducerPort["produced"]>[0] }) | undefined;
+  #stored: Batch | undefined;
+  #closed = false;
+
+  /** Validates `options`. */
+  constructor(options: BufferedProducerOptions = {}) {
+    optionsObject("BufferedProducer", options);
+    this.#maxBatch = integerOption(
+      "BufferedProducer",
+      "maxBatch",
+      options.maxBatch,
+      1000,
+      1,
+      10_000,
+    );
+  }
+
+  /** Jobs submitted and not yet Stored. */
+  get buffered(): number {
+    return this.#waiting.size;
+  }
+
+  /**
+   * Submit a job. Resolves once it is Stored (durably, with a queue) with its store sequence.
+   * Rejects at once, losing nothing else, if the payload is not JSON-serializable, too large,
+   * or the MessageID is invalid.
+   */
+  submit(payload: T, options: SubmitOptions = {}): Promise<Receipt> {
+    if (this.#closed) return Promise.reject(new Error("Cannot submit: the producer is closed"));
+    const port = this.#port;
+    if (!port) {
+      return Promise.reject(
+        new Error("Cannot submit: the producer is not attached to a controller"),
+      );
+    }
+    const messageId = options.messageId ?? crypto.randomUUID();
+    if (
+      typeof messageId !== "string" || messageId.trim() === "" || messageId.length > MAX_ID_LENGTH
+    ) {
+      return Promise.reject(
+        new TypeError(
+          `Cannot submit: messageId must be a non-blank string of at most ${MAX_ID_LENGTH} characters`,
+        ),
+      );
+    }
+    const existing = this.#waiting.get(messageId);
+    if (existing) return existing.receipt.promise;
+    let json: string | undefined;
+    try {
+      json = JSON.stringify(payload);
+    } catch (error) {
+      return Promise.reject(
+        new TypeError(`Cannot submit ${messageId}: the payload is not JSON-serializable`, {
+          cause: error,
+        }),
+      );
+    }
+    if (json === undefined) {
+      return Promise.reject(
+        new TypeError(`Cannot submit ${messageId}: the payload is not JSON-serializable`),
+      );
+    }
+    const size = utf8Length(json);
+    if (size > port.maxPayloadBytes) {
+      return Promise.reject(
+        new RangeError(
+          `Cannot submit ${messageId}: the payload is ${size} bytes; the maximum is ${port.maxPayloadBytes}`,
+        ),
+      );
+    }
+    const item: Item = {
+      messageId,
+      payload,
+      receipt: deferred(),
+      accepted: deferred(),
+      confirmed: port.deliveryConfirmation ? this.#confirmationFor(messageId) : undefined,
+      stored: false,
+    };
+    this.#waiting.set(messageId, item);
+    this.#buffer.pushBack(item);
+    this.#answer();
+    return item.receipt.promise;
+  }
+
+  /** Reject every job that is not Stored yet and refuse new ones. */
+  close(reason: unknown = new Error("the producer was closed")): void {
+    this.#closed = true;
+    for (const item of this.#waiting.values()) item.receipt.reject(reason);
+    this.#waiting.clear();
+    this.#buffer.clear();
+    this.#grant = undefined;
+  }
+
+  /** Called by the controller. */
+  attach(port: ProducerPort): void {
+    this.#port = port;
+  }
+
+  /** Called by the controller with a grant. */
+  onRequestNext(request: RequestNext): void {
+    const answered = this.#answered;
+    if (answered && answered.session === request.session && answered.token === request.token) {
+      this.#port!.produced(answered.message); // a retried grant: the identical answer
+      return;
+    }
+    // Whatever the controller has not accepted goes back to the head of the buffer, in order:
+    // the stored-but-unaccepted batch if the session changed (the controller restarted), and an
+    // answer that was never stored.
+    const unfinished = [
+      ...(request.session !== this.#session ? this.#stored?.items ?? [] : []),
+      ...(answered?.items ?? []),
+    ];
+    for (let i = unfinished.length - 1; i >= 0; i--) this.#buffer.pushFront(unfinished[i]);
+    this.#session = request.session;
+    this.#answered = undefined;
+    this.#stored = undefined; // the previous grant of this session completed: it was accepted
+    this.#grant = request;
+    this.#answer();
+  }
+
+  /** Called by the controller when jobs are stored. */
+  onStored(stored: Stored): void {
+    const answered = this.#answered;
+    if (answered && answered.session === stored.session && answered.token === stored.token) {
+      stored.jobs.forEach(({ messageId, seq }, i) => {
+        const item = answered.items[i];
+        if (item.messageId !== messageId) return;
+        this.#waiting.delete(messageId);
+        if (item.stored) return; // a resubmission after a restart: the receipt was given already
+        item.stored = true;
+        item.receipt.resolve({
+          messageId,
+          seq,
+          accepted: item.accepted.promise,
+          confirmed: item.confirmed?.promise,
+        });
+      });
+      this.#stored = answered;
+      this.#answered = undefined;
+    }
+    this.#port!.storedAck({ session: stored.session, token: stored.token });
+  }
+
+  /** Called by the controller when the stored jobs entered the pool. */
+  onAccepted(accepted: Accepted): void {
+    const stored = this.#stored;
+    if (!stored || stored.session !== accepted.session || stored.token !== accepted.token) return;
+    for (const item of stored.items) item.accepted.resolve();
+    this.#stored = undefined;
+  }
+
+  /** Called by the controller when a worker confirmed a job. */
+  onDeliveryConfirmed(notice: DeliveryConfirmed): void {
+    const waiter = this.#confirmations.get(notice.messageId);
+    if (!waiter) return;
+    this.#confirmations.delete(notice.messageId);
+    waiter.resolve(notice);
+  }
+
+  #confirmationFor(messageId: string): Deferred<DeliveryConfirmed> {
+    let waiter = this.#confirmations.get(messageId);
+    if (!waiter) this.#confirmations.set(messageId, waiter = deferred());
+    return waiter;
+  }
+
+  #answer(): void {
+    const grant = this.#grant;
+    if (!grant || this.#buffer.length === 0 || this.#closed) return;
+    const items: Item[] = [];
+    const limit = Math.min(grant.maxJobs, this.#maxBatch);
+    while (items.length < limit && this.#buffer.length > 0) items.push(this.#buffer.shift()!);
+    const message = {
+      session: grant.session,
+      token: grant.token,
+      jobs: items.map((item) => ({ messageId: item.messageId, payload: item.payload })),
+    };
+    this.#grant = undefined;
+    this.#answered = { session: grant.session, token: grant.token, items, message };
+    this.#port!.produced(message);
+  }
+}

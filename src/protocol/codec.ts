@@ -1,0 +1,129 @@
+/**
+ * Encoding and decoding of wire frames. Decoding never throws: a bad frame becomes a typed
+ * {@linkcode DecodeFailure} that says why, so an edge can end only the offending binding.
+ *
+ * Job payloads are carried as JSON text from the moment they are produced, so a jobs frame is
+ * assembled by concatenation without serializing a payload twice.
+ *
+ * @module
+ */
+
+import * as v from "valibot";
+import { ControllerFrame, WorkerFrame } from "./schemas.ts";
+
+/** Why a frame was refused. */
+export type DecodeFailureReason = "too-large" | "not-text" | "malformed-json" | "invalid-frame";
+
+/** A frame that could not be decoded. */
+export interface DecodeFailure {
+  readonly ok: false;
+  readonly reason: DecodeFailureReason;
+  /** A short human-readable explanation (never the frame itself). */
+  readonly detail: string;
+}
+
+/** The outcome of decoding one frame. */
+export type DecodeResult<T> = { readonly ok: true; readonly frame: T } | DecodeFailure;
+
+/** The default largest frame a controller accepts from a worker (bytes of text). */
+export const DEFAULT_MAX_WORKER_FRAME = 64 * 1024;
+
+function decode<T>(
+  schema: v.GenericSchema<unknown, T>,
+  data: unknown,
+  maxLength: number,
+): DecodeResult<T> {
+  if (typeof data !== "string") {
+    return { ok: false, reason: "not-text", detail: "frames are JSON text" };
+  }
+  // String length counts UTF-16 units; a UTF-8 byte limit is at least this strict / 3, and the
+  // edges also enforce the byte limit before a frame reaches here.
+  if (data.length > maxLength) {
+    return { ok: false, reason: "too-large", detail: `frame exceeds ${maxLength} characters` };
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(data);
+  } catch {
+    return { ok: false, reason: "malformed-json", detail: "frame is not valid JSON" };
+  }
+  const result = v.safeParse(schema, json);
+  if (result.success) return { ok: true, frame: result.output };
+  const issue = result.issues[0];
+  const path = issue.path?.map((item) => String(item.key)).join(".") ?? "";
+  return { ok: false, reason: "invalid-frame", detail: `${path || "frame"}: ${issue.message}` };
+}
+
+/**
+ * Decode a frame sent by a worker.
+ *
+ * @example
+ * ```ts
+ * import { decodeWorkerFrame } from "./codec.ts";
+ * const result = decodeWorkerFrame('{"type":"ack","session":"s","nonce":"n","confirmed":3}');
+ * console.assert(result.ok && result.frame.type === "ack");
+ * console.assert(!decodeWorkerFrame("{oops").ok);
+ * ```
+ */
+export function decodeWorkerFrame(
+  data: unknown,
+  maxLength = DEFAULT_MAX_WORKER_FRAME,
+): DecodeResult<WorkerFrame> {
+  return decode(WorkerFrame, data, maxLength);
+}
+
+/**
+ * Decode a frame sent by the controller.
+ *
+ * @example
+ * ```ts
+ * import { decodeControllerFrame } from "./codec.ts";
+ * const result = decodeControllerFrame('{"type":"reset","session":"s2"}');
+ * console.assert(result.ok && result.frame.type === "reset");
+ * ```
+ */
+export function decodeControllerFrame(
+  data: unknown,
+  maxLength = Number.MAX_SAFE_INTEGER,
+): DecodeResult<ControllerFrame> {
+  return decode(ControllerFrame, data, maxLength);
+}
+
+/**
+ * Encode any frame as JSON text.
+ *
+ * @example
+ * ```ts
+ * import { encodeFrame } from "./codec.ts";
+ * console.assert(encodeFrame({ type: "reset", session: "s" }) === '{"type":"reset","session":"s"}');
+ * ```
+ */
+export function encodeFrame(frame: WorkerFrame | ControllerFrame): string {
+  return JSON.stringify(frame);
+}
+
+/** A job ready for the wire: its MessageID and its payload already as JSON text. */
+export interface EncodedJob {
+  readonly messageId: string;
+  readonly payload: string;
+}
+
+/**
+ * Encode a jobs frame with contiguous sequences starting at `seq`, splicing the payloads' JSON
+ * text in place.
+ *
+ * @example
+ * ```ts
+ * import { encodeJobsFrame } from "./codec.ts";
+ * const text = encodeJobsFrame("s", 7, [{ messageId: "a", payload: '{"n":1}' }]);
+ * console.assert(text === '{"type":"jobs","session":"s","seq":7,"jobs":[{"id":"a","payload":{"n":1}}]}');
+ * ```
+ */
+export function encodeJobsFrame(session: string, seq: number, jobs: readonly EncodedJob[]): string {
+  let text = `{"type":"jobs","session":${JSON.stringify(session)},"seq":${seq},"jobs":[`;
+  for (let i = 0; i < jobs.length; i++) {
+    if (i > 0) text += ",";
+    text += `{"id":${JSON.stringify(jobs[i].messageId)},"payload":${jobs[i].payload}}`;
+  }
+  return text + "]}";
+}

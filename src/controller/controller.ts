@@ -82,8 +82,18 @@ export type ControllerState = "idle" | "loading" | "running" | "failed" | "close
 
 /** Who the edge authenticated a link as (for example from a signed token). */
 export interface LinkIdentity {
-  /** The only worker name this link may register. */
+  /**
+   * The worker this link may register as: exactly this endpoint name, or one of its numbered
+   * endpoints `worker#1`, `worker#2`... (a worker process hosting several endpoints). Absent:
+   * any name.
+   */
   readonly worker?: string;
+}
+
+/** Whether a link authenticated as `identity` may register the endpoint `name`. */
+export function identityAllows(identity: LinkIdentity, name: string): boolean {
+  const worker = identity.worker;
+  return worker === undefined || name === worker || name.startsWith(`${worker}#`);
 }
 
 /** Per-worker figures in {@linkcode ControllerStats}. */
@@ -126,19 +136,30 @@ export interface ControllerStats {
 type Handshake =
   | { readonly phase: "idle" }
   | { readonly phase: "credit"; readonly request: RequestNext }
-  | { readonly phase: "store"; readonly token: string; readonly ids: readonly string[] }
+  | {
+    readonly phase: "store";
+    readonly token: string;
+    readonly ids: readonly string[];
+    /** Results known without a store, by position. */
+    readonly known: readonly (StoreResult | undefined)[];
+    /** The MessageIDs to accept into the pool (recently completed ones are not). */
+    readonly accept: readonly string[];
+  }
   | {
     readonly phase: "stored-ack";
     readonly token: string;
     readonly ids: readonly string[];
     readonly jobs: readonly Job[];
     readonly stored: Stored;
+    /** The MessageIDs to accept into the pool (recently completed ones are not). */
+    readonly accept: readonly string[];
   }
   | {
     readonly phase: "accept";
     readonly token: string;
     readonly ids: readonly string[];
     readonly jobs: readonly Job[];
+    readonly accept: readonly string[];
   };
 
 /** The controller's view of one attached link. */
@@ -201,6 +222,8 @@ export class WorkPullingController extends SafeEventTarget {
   readonly #linkOf = new Map<Binding, Connection>();
   readonly #graceTimers = new Map<Binding, TimerHandle>();
   readonly #incarnations = new Incarnations();
+  /** Recently confirmed MessageIDs and their store sequences (the dedupe window), oldest first. */
+  readonly #completed = new Map<string, number>();
   #bindingCounter = 0;
 
   // The producer handshake and the durable lane.
@@ -536,7 +559,7 @@ export class WorkPullingController extends SafeEventTarget {
     if (frame.producer !== this.#options.name) {
       return this.#reject(connection, "wrong-producer", `registered for "${frame.producer}"`);
     }
-    if (connection.identity.worker !== undefined && connection.identity.worker !== frame.worker) {
+    if (!identityAllows(connection.identity, frame.worker)) {
       this.#reject(
         connection,
         "identity-mismatch",
@@ -652,8 +675,16 @@ export class WorkPullingController extends SafeEventTarget {
     const done = binding.advance(confirmed);
     if (done.length === 0) return;
     this.#totals.confirmed += done.length;
+    const window = this.#options.dedupeWindow;
     for (const job of done) {
       this.#owned.delete(job.messageId);
+      if (window > 0) {
+        this.#completed.delete(job.messageId);
+        this.#completed.set(job.messageId, job.storeSeq);
+        if (this.#completed.size > window) {
+          this.#completed.delete(this.#completed.keys().next().value!);
+        }
+      }
       if (this.#options.deliveryConfirmation) {
         const notice = { session: this.#session, messageId: job.messageId, seq: job.storeSeq };
         this.#tellProducer((p) => p.onDeliveryConfirmed?.(notice));
@@ -842,19 +873,24 @@ export class WorkPullingController extends SafeEventTarget {
       }
       encoded.push({ messageId: job.messageId, payload });
     }
-    this.#handshake = { phase: "store", token: message.token, ids };
-    if (this.#lane) {
-      this.#lane.store(encoded, this.#storeSeq);
+    // A job completed recently keeps its sequence and is not stored or dispatched again.
+    const accept: string[] = [];
+    const known = encoded.map((job): StoreResult | undefined => {
+      const seq = this.#completed.get(job.messageId);
+      if (seq !== undefined) return { seq, alreadyStored: true, payload: job.payload };
+      accept.push(job.messageId);
+      const owned = this.#lane ? undefined : this.#owned.get(job.messageId);
+      return owned && { seq: owned.storeSeq, alreadyStored: true, payload: owned.payload };
+    });
+    this.#handshake = { phase: "store", token: message.token, ids, known, accept };
+    const unknown = encoded.filter((_, i) => !known[i]);
+    if (this.#lane && unknown.length > 0) {
+      this.#lane.store(unknown, this.#storeSeq);
       this.#pumpLane();
       return;
     }
     const results: StoreResult[] = [];
-    for (const job of encoded) {
-      const owned = this.#owned.get(job.messageId);
-      if (owned) {
-        results.push({ seq: owned.storeSeq, alreadyStored: true, payload: owned.payload });
-        continue;
-      }
+    for (const job of unknown) {
       if (this.#storeSeq >= MAX_SEQ) {
         return this.#fail("protocol", new RangeError("store sequence space exhausted"));
       }
@@ -863,10 +899,13 @@ export class WorkPullingController extends SafeEventTarget {
     this.#completeStore(results);
   }
 
+  /** `results` are the store results of the jobs not known in advance, in order. */
   #completeStore(results: readonly StoreResult[]): void {
     const handshake = this.#handshake;
     if (handshake.phase !== "store") return;
-    const jobs = results.map((result, i): Job => ({
+    let next = 0;
+    const merged = handshake.known.map((known) => known ?? results[next++]);
+    const jobs = merged.map((result, i): Job => ({
       messageId: handshake.ids[i],
       storeSeq: result.seq,
       payload: result.payload,
@@ -883,6 +922,7 @@ export class WorkPullingController extends SafeEventTarget {
       ids: handshake.ids,
       jobs,
       stored,
+      accept: handshake.accept,
     };
     this.#tellProducer((p) => p.onStored(stored));
   }
@@ -900,9 +940,9 @@ export class WorkPullingController extends SafeEventTarget {
     if (session !== this.#session) return;
     const handshake = this.#handshake;
     if (handshake.phase === "stored-ack" && handshake.token === token) {
-      this.#handshake = { phase: "accept", token, ids: handshake.ids, jobs: handshake.jobs };
-      if (this.#lane) {
-        this.#lane.accept(handshake.ids);
+      this.#handshake = { ...handshake, phase: "accept" };
+      if (this.#lane && handshake.accept.length > 0) {
+        this.#lane.accept(handshake.accept);
         this.#pumpLane();
       } else {
         this.#completeAccept();
@@ -917,9 +957,10 @@ export class WorkPullingController extends SafeEventTarget {
   #completeAccept(): void {
     const handshake = this.#handshake;
     if (handshake.phase !== "accept") return;
+    const accept = new Set(handshake.accept);
     for (const job of handshake.jobs) {
-      // A resubmission of a job the controller already holds is not dispatched twice.
-      if (this.#owned.has(job.messageId)) continue;
+      // A resubmission of a job the controller holds, or completed recently, is not dispatched twice.
+      if (!accept.has(job.messageId) || this.#owned.has(job.messageId)) continue;
       this.#owned.set(job.messageId, job);
       this.#pending.pushBack(job);
       this.#totals.accepted += 1;

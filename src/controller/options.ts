@@ -43,6 +43,11 @@ export interface WorkPullingControllerOptions {
   readonly reconnectGrace?: number;
   /** Largest frame accepted from a worker, in characters. Default 65,536. */
   readonly maxWorkerFrame?: number;
+  /**
+   * How many recently confirmed MessageIDs to remember: a resubmission of one returns its
+   * original store sequence and is not dispatched again. Default 10,000 (0 disables).
+   */
+  readonly dedupeWindow?: number;
   /** The time source. Default: the system clock. */
   readonly clock?: Clock;
 }
@@ -62,6 +67,7 @@ export interface ResolvedControllerOptions {
   readonly silenceIntervals: number;
   readonly reconnectGrace: number;
   readonly maxWorkerFrame: number;
+  readonly dedupeWindow: number;
   readonly clock: Clock;
 }
 
@@ -158,6 +164,7 @@ export function resolveControllerOptions(
       1024,
       16 * 1024 * 1024,
     ),
+    dedupeWindow: integerOption(OWNER, "dedupeWindow", options.dedupeWindow, 10_000, 0, 10_000_000),
     clock,
   };
 }

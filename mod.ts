@@ -66,6 +66,7 @@ export {
   type Delivery,
   HandlerErrorEvent,
   WorkerEndpoint,
+  type WorkerEndpointEventMap,
   type WorkerEndpointOptions,
 } from "./src/worker/worker_endpoint.ts";
 export { CloseCode, type Link, type LinkReceiver } from "./src/transport/link.ts";

@@ -497,3 +497,37 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget {
     }, this.#resendInterval);
   }
 }
+
+/** The worker endpoint's events by name. */
+export interface WorkerEndpointEventMap {
+  "handler-error": HandlerErrorEvent;
+  "bound": BoundEvent;
+}
+
+/** Typed event listeners. */
+export interface WorkerEndpoint<T> {
+  /** Listen for a typed worker event. */
+  addEventListener<K extends keyof WorkerEndpointEventMap>(
+    type: K,
+    listener: (event: WorkerEndpointEventMap[K]) => void,
+    options?: boolean | AddEventListenerOptions,
+  ): void;
+  /** Listen for any event. */
+  addEventListener(
+    type: string,
+    listener: EventListenerOrEventListenerObject | null,
+    options?: boolean | AddEventListenerOptions,
+  ): void;
+  /** Stop listening for a typed worker event. */
+  removeEventListener<K extends keyof WorkerEndpointEventMap>(
+    type: K,
+    listener: (event: WorkerEndpointEventMap[K]) => void,
+    options?: boolean | EventListenerOptions,
+  ): void;
+  /** Stop listening. */
+  removeEventListener(
+    type: string,
+    listener: EventListenerOrEventListenerObject | null,
+    options?: boolean | EventListenerOptions,
+  ): void;
+}

@@ -62,7 +62,11 @@ export class ScriptedWorker {
     this.#receiver.receive(JSON.stringify(frame));
   }
 
-  register(nonce = crypto.randomUUID(), producer = "jobs", incarnation = this.incarnation): void {
+  register(
+    nonce: string = crypto.randomUUID(),
+    producer = "jobs",
+    incarnation = this.incarnation,
+  ): void {
     this.nonce = nonce;
     this.send({
       type: "register",
@@ -138,5 +142,76 @@ export class ManualProducer implements ProducerEndpoint {
     this.port.produced({ session, token, jobs });
     const stored = this.stored[this.stored.length - 1];
     if (stored?.token === token) this.port.storedAck({ session, token });
+  }
+}
+
+/**
+ * Connect like `connectInProcess`, but pass every worker-to-controller frame through `tap`,
+ * which may rewrite it (to simulate a buggy worker on a live link).
+ */
+export function connectTapped(
+  controller: WorkPullingController,
+  worker: { attach(link: Link): LinkReceiver },
+  tap: (frame: string) => string,
+): { close(): void } {
+  let closed = false;
+  const peers: { controller?: LinkReceiver; worker?: LinkReceiver } = {};
+  const close = (code = 1000, reason = "") => {
+    if (closed) return;
+    closed = true;
+    queueMicrotask(() => {
+      peers.controller?.closed(code, reason);
+      peers.worker?.closed(code, reason);
+    });
+  };
+  peers.controller = controller.attach({
+    send: (frame) => queueMicrotask(() => !closed && peers.worker?.receive(frame)),
+    close,
+  });
+  peers.worker = worker.attach({
+    send: (frame) => queueMicrotask(() => !closed && peers.controller?.receive(tap(frame))),
+    close,
+  });
+  return { close };
+}
+
+/** The controller side of a link to a real worker endpoint, driven frame by frame. */
+export class ScriptedController {
+  readonly sent: WorkerFrame[] = [];
+  readonly #receiver: LinkReceiver;
+  closedWith: { code: number; reason: string } | undefined;
+
+  constructor(worker: { attach(link: Link): LinkReceiver }) {
+    this.#receiver = worker.attach({
+      send: (frame) => this.sent.push(JSON.parse(frame)),
+      close: (code = 1000, reason = "") => void (this.closedWith = { code, reason }),
+    });
+  }
+
+  /** The worker's latest registration. */
+  get registration(): Extract<WorkerFrame, { type: "register" }> {
+    const frame = this.sent.findLast((f) => f.type === "register");
+    if (!frame || frame.type !== "register") throw new Error("the worker has not registered");
+    return frame;
+  }
+
+  ofType<K extends WorkerFrame["type"]>(type: K): Extract<WorkerFrame, { type: K }>[] {
+    return this.sent.filter((f): f is Extract<WorkerFrame, { type: K }> => f.type === type);
+  }
+
+  registered(session = "s1", binding = "b1", nextSeq = 1): void {
+    this.send({ type: "registered", session, binding, nextSeq, nonce: this.registration.nonce });
+  }
+
+  jobs(seq: number, ids: string[], session = "s1"): void {
+    this.send({ type: "jobs", session, seq, jobs: ids.map((id) => ({ id, payload: id })) });
+  }
+
+  send(frame: ControllerFrame): void {
+    this.#receiver.receive(JSON.stringify(frame));
+  }
+
+  close(): void {
+    this.#receiver.closed(1006, "gone");
   }
 }

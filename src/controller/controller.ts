@@ -232,6 +232,7 @@ export class WorkPullingController extends SafeEventTarget {
   #tokenCounter = 0;
   #storeSeq = 0;
   readonly #lane: DurableLane | undefined;
+  #laneDue = false;
 
   // The mailbox.
   readonly #mailbox = new Deque<() => void>();
@@ -496,7 +497,10 @@ export class WorkPullingController extends SafeEventTarget {
           // A bug in a handler must not take the process (or the other workers) down.
           console.error("workpull: controller handler failed", error);
         }
-        if (this.#mailbox.length === 0) this.#flush();
+        if (this.#mailbox.length === 0) {
+          this.#flush();
+          this.#launchLane();
+        }
       }
     } finally {
       this.#draining = false;
@@ -975,7 +979,15 @@ export class WorkPullingController extends SafeEventTarget {
   // ------------------------------------------------------------------------------------------
   // The durable lane
 
+  /** Note that the lane has work; it starts once the mailbox is drained, so that every
+   * confirmation and handshake step of this turn can join the same transaction. */
   #pumpLane(): void {
+    this.#laneDue = true;
+  }
+
+  #launchLane(): void {
+    if (!this.#laneDue) return;
+    this.#laneDue = false;
     const lane = this.#lane;
     const unit = lane?.next();
     if (!lane || !unit) return;

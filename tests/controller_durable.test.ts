@@ -1,0 +1,325 @@
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import {
+  BufferedProducer,
+  connectInProcess,
+  type ControllerRestartedEvent,
+  MemoryWorkQueue,
+  QueueConflictError,
+  QueueFencedError,
+  type ReliableDeliveryFailedEvent,
+  WorkerEndpoint,
+  WorkPullingController,
+  type WorkPullingControllerOptions,
+} from "../mod.ts";
+import { SimulatedClock } from "../testing.ts";
+import { FaultyQueue } from "./support/faulty_queue.ts";
+import { ManualProducer, quiesce, ScriptedWorker } from "./support/harness.ts";
+
+/** A controller with a buffered producer and `workers` in-process workers recording what they ran. */
+async function durableSystem(
+  queue: FaultyQueue | MemoryWorkQueue,
+  options: Partial<WorkPullingControllerOptions> & { workers?: number; window?: number } = {},
+) {
+  const clock = new SimulatedClock();
+  const producer = new BufferedProducer<number>();
+  const controller = new WorkPullingController({
+    name: "jobs",
+    producer,
+    clock,
+    queue,
+    deliveryConfirmation: true,
+    ...options,
+  });
+  const failures: ReliableDeliveryFailedEvent[] = [];
+  const restarts: ControllerRestartedEvent[] = [];
+  controller.addEventListener(
+    "delivery-failed",
+    (e: ReliableDeliveryFailedEvent) => failures.push(e),
+  );
+  controller.addEventListener("restarted", (e: ControllerRestartedEvent) => restarts.push(e));
+  await controller.start();
+  const handled: string[] = [];
+  const workers = Array.from({ length: options.workers ?? 1 }, (_, i) => {
+    const worker = new WorkerEndpoint<number>({
+      producer: "jobs",
+      name: `w${i}`,
+      clock,
+      window: options.window ?? 10,
+      handler: (d) => void handled.push(d.messageId),
+    });
+    connectInProcess(controller, worker);
+    return worker;
+  });
+  await quiesce();
+  /** Let the lane, the links and the retries run in simulated time. */
+  const run = async (ms = 0) => {
+    for (let i = 0; i < 10; i++) await quiesce();
+    if (ms > 0) await clock.advanceAsync(ms);
+    for (let i = 0; i < 10; i++) await quiesce();
+  };
+  return { clock, producer, controller, failures, restarts, handled, workers, run };
+}
+
+describe("durable lane", () => {
+  test("stores and accepts before the next credit, and confirms each job", async () => {
+    const queue = new FaultyQueue({ batching: false });
+    const s = await durableSystem(queue);
+    const receipts = await Promise.all(
+      ["a", "b"].map((id, n) => s.producer.submit(n, { messageId: id })),
+    );
+    await s.run();
+    assert.deepEqual(receipts.map((r) => [r.messageId, r.seq]), [["a", 1], ["b", 2]]);
+    assert.deepEqual(s.handled, ["a", "b"]);
+    // "a" answered the open grant alone; "b" waited for the next credit, which opened only
+    // after "a" was stored and accepted. Confirmations ride along with the next operation.
+    assert.deepEqual(queue.calls, [
+      "load",
+      "store(a)",
+      "accept(a)",
+      "store(b)",
+      "accept(b)",
+      "confirm(a)",
+      "confirm(b)",
+    ]);
+    assert.equal(queue.inner.size, 0, "accepted and confirmed jobs are compacted");
+    await s.controller.close();
+  });
+
+  test("group commit: a Store or Accept carries the queued confirmations in one transaction", async () => {
+    const queue = new FaultyQueue();
+    const s = await durableSystem(queue, { workers: 2 });
+    for (let round = 0; round < 5; round++) {
+      await Promise.all(
+        [1, 2, 3, 4].map((n) => s.producer.submit(n, { messageId: `r${round}-${n}` })),
+      );
+      await s.run();
+    }
+    assert.equal(s.handled.length, 20);
+    const commits = queue.calls.filter((c) => c.startsWith("commit"));
+    const operations = 20 * 3;
+    assert.ok(
+      commits.length < operations * 0.7,
+      `${commits.length} commits for ${operations} operations`,
+    );
+    const mixed = commits.filter((c) => {
+      const [store, accept, confirm] = c.slice("commit(".length, -1).split("|");
+      return (store !== "" || accept !== "") && confirm !== "";
+    });
+    assert.ok(mixed.length > 0, "a handshake step carried confirmations");
+    assert.equal(queue.inner.size, 0);
+    await s.controller.close();
+  });
+
+  test("a transient error is retried with backoff and nothing restarts", async () => {
+    const queue = new FaultyQueue();
+    const s = await durableSystem(queue, { queueRetryBackoff: 100 });
+    queue.fail("commit", new Error("disk busy"), 2);
+    const submitted = s.producer.submit(1, { messageId: "a" });
+    await s.run(100);
+    await s.run(200);
+    const receipt = await submitted;
+    assert.equal(receipt.seq, 1);
+    await s.run();
+    assert.deepEqual(s.handled, ["a"]);
+    assert.equal(s.restarts.length, 0);
+    assert.equal(s.failures.length, 0);
+    await s.controller.close();
+  });
+
+  test("a hung backend call times out and is retried", async () => {
+    const queue = new FaultyQueue();
+    const s = await durableSystem(queue, { queueTimeout: 1000 });
+    queue.hang("commit");
+    const submitted = s.producer.submit(1, { messageId: "a" });
+    await s.run(1000 + 100);
+    assert.equal((await submitted).seq, 1);
+    await s.run();
+    assert.deepEqual(s.handled, ["a"]);
+    await s.controller.close();
+  });
+
+  test("exhausted retries restart the controller: new session, reload, re-dispatch, no failure event", async () => {
+    const queue = new FaultyQueue();
+    const s = await durableSystem(queue, { window: 2 });
+    // job "a" is accepted and dispatched; the worker holds it.
+    let release!: () => void;
+    s.workers[0].close();
+    const slow = new WorkerEndpoint<number>({
+      producer: "jobs",
+      name: "slow",
+      clock: s.clock,
+      handler: (d) => new Promise<void>((r) => (s.handled.push(d.messageId), release = r)),
+    });
+    connectInProcess(s.controller, slow);
+    await s.run();
+    const receipt = await s.producer.submit(1, { messageId: "a" });
+    await receipt.accepted;
+    await s.run();
+    assert.deepEqual(s.handled, ["a"]);
+    const session = s.controller.session;
+    // Its confirmation cannot be written: three attempts fail.
+    queue.fail("commit", new Error("backend down"), 3);
+    release();
+    await s.run(100);
+    await s.run(200);
+    await s.run();
+    assert.equal(s.restarts.length, 1);
+    assert.equal(s.failures.length, 0);
+    assert.notEqual(s.controller.session, session);
+    assert.equal(s.controller.state, "running");
+    // The reload re-dispatches "a" (its ConfirmMessage never landed); the worker remembers it ran
+    // it and confirms without running it again; the producer hears the confirmation again.
+    await s.run(2000);
+    await s.run();
+    assert.deepEqual(s.handled, ["a"]);
+    assert.equal(queue.inner.size, 0);
+    await s.controller.close();
+  });
+
+  test("a controller restart between Store and Accept loses nothing: the producer resubmits under the same MessageID", async () => {
+    const queue2 = new FaultyQueue();
+    const s2 = await durableSystem(queue2);
+    let commits = 0;
+    const commit = queue2.commit!;
+    (queue2 as { commit: typeof commit }).commit = (epoch, batch, call) => {
+      commits++;
+      if (batch.accept?.length && commits < 6) return Promise.reject(new Error("accept fails"));
+      return commit(epoch, batch, call);
+    };
+    const r2 = s2.producer.submit(7, { messageId: "job-7" });
+    await s2.run(100);
+    await s2.run(200);
+    await s2.run();
+    assert.equal(s2.restarts.length, 1, "the controller restarted after the accept failed 3 times");
+    const stored = await r2;
+    await s2.run(2000);
+    await s2.run();
+    assert.deepEqual(s2.handled, ["job-7"], "dispatched exactly once");
+    assert.equal(stored.seq, 1, "the original store sequence");
+    await stored.accepted;
+    assert.equal(queue2.inner.size, 0);
+    await s2.controller.close();
+  });
+
+  for (
+    const [stage, operationOf] of [
+      ["store", (q: FaultyQueue) => q.fail("commit", new QueueFencedError())],
+      ["confirm", (q: FaultyQueue) => q.fail("confirmMessage", new QueueConflictError())],
+    ] as const
+  ) {
+    test(`a terminal queue error on ${stage} publishes one failure and stops; the producer lives; respawn recovers`, async () => {
+      const queue = new FaultyQueue({ batching: stage === "store" });
+      const s = await durableSystem(queue);
+      if (stage === "confirm") {
+        await s.producer.submit(1, { messageId: "first" });
+        await s.run();
+        assert.deepEqual(s.handled, ["first"]);
+        operationOf(queue);
+        await s.producer.submit(2, { messageId: "second" });
+      } else {
+        operationOf(queue);
+        s.producer.submit(1, { messageId: "first" });
+      }
+      await s.run();
+      assert.equal(s.controller.state, "failed");
+      assert.equal(s.failures.length, 1);
+      assert.equal(s.failures[0].stage, stage);
+      assert.ok(
+        s.failures[0].error instanceof (stage === "store" ? QueueFencedError : QueueConflictError),
+      );
+      await s.run(5000);
+      assert.equal(s.failures.length, 1);
+      const later = s.producer.submit(3, { messageId: "later" }); // the producer still buffers
+      await s.controller.respawn();
+      await s.run(2000);
+      await s.run();
+      await later;
+      assert.ok(s.handled.includes("later"));
+      await s.controller.close();
+    });
+  }
+
+  test("a failing load publishes exactly one failure event and start() rejects", async () => {
+    const queue = new FaultyQueue();
+    queue.fail("load", new Error("no database"), 10);
+    const clock = new SimulatedClock();
+    const controller = new WorkPullingController({
+      name: "jobs",
+      producer: new ManualProducer(),
+      clock,
+      queue,
+    });
+    const failures: ReliableDeliveryFailedEvent[] = [];
+    controller.addEventListener(
+      "delivery-failed",
+      (e: ReliableDeliveryFailedEvent) => failures.push(e),
+    );
+    const started = controller.start().then(() => "started", (e: Error) => e.message);
+    await clock.advanceAsync(100);
+    await clock.advanceAsync(200);
+    assert.equal(await started, "no database");
+    assert.equal(failures.length, 1);
+    assert.equal(failures[0].stage, "load");
+    assert.deepEqual(queue.calls, ["load", "load", "load"]);
+    await controller.close();
+  });
+
+  test("a reload re-dispatches accepted, unconfirmed jobs in store order; requeue writes nothing", async () => {
+    const queue = new FaultyQueue();
+    const clock = new SimulatedClock();
+    const producer = new ManualProducer();
+    const first = new WorkPullingController({ name: "jobs", producer, clock, queue });
+    await first.start();
+    const w = new ScriptedWorker(first, "w");
+    w.register();
+    w.request(0, 3);
+    const { session, token } = producer.lastRequest;
+    producer.port.produced({
+      session,
+      token,
+      jobs: ["a", "b", "c"].map((id) => ({ messageId: id, payload: id })),
+    });
+    await quiesce();
+    producer.port.storedAck({ session, token });
+    await quiesce();
+    assert.deepEqual(w.jobIds(), ["a", "b", "c"]);
+    w.ack(1);
+    await quiesce();
+    const callsBefore = queue.calls.length;
+    w.disconnect(); // requeue b, c
+    await quiesce();
+    assert.equal(queue.calls.length, callsBefore, "requeue writes nothing");
+    // The process dies; a new controller loads the same queue and fences the first.
+    const second = new WorkPullingController({
+      name: "jobs",
+      producer: new ManualProducer(),
+      clock,
+      queue,
+    });
+    await second.start();
+    const w2 = new ScriptedWorker(second, "w2");
+    w2.register();
+    w2.request(0, 10);
+    assert.deepEqual(w2.jobIds(), ["b", "c"]);
+    await first.close();
+    await second.close();
+  });
+
+  test("a queue that appends at the wrong sequence is a terminal conflict, not trusted", async () => {
+    const inner = new MemoryWorkQueue();
+    const queue = new FaultyQueue({ batching: false, inner });
+    const store = queue.store.bind(queue);
+    queue.store = async (epoch, request, call) => {
+      const result = await store(epoch, request, call);
+      return { ...result, seq: result.seq + 5 };
+    };
+    const s = await durableSystem(queue);
+    s.producer.submit(1, { messageId: "a" });
+    await s.run();
+    assert.equal(s.failures.length, 1);
+    assert.equal(s.failures[0].stage, "store");
+    assert.ok(s.failures[0].error instanceof QueueConflictError);
+    await s.controller.close();
+  });
+});

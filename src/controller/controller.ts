@@ -32,6 +32,7 @@
 
 import type { TimerHandle } from "../core/clock.ts";
 import { Deque } from "../core/deque.ts";
+import { RecentMap } from "../core/recent_map.ts";
 import { SafeEventTarget } from "../core/safe_event_target.ts";
 import { decodeWorkerFrame, encodeFrame, encodeJobsFrame } from "../protocol/codec.ts";
 import {
@@ -223,7 +224,7 @@ export class WorkPullingController extends SafeEventTarget {
   readonly #graceTimers = new Map<Binding, TimerHandle>();
   readonly #incarnations = new Incarnations();
   /** Recently confirmed MessageIDs and their store sequences (the dedupe window), oldest first. */
-  readonly #completed = new Map<string, number>();
+  readonly #completed: RecentMap<string, number>;
   #bindingCounter = 0;
 
   // The producer handshake and the durable lane.
@@ -245,6 +246,7 @@ export class WorkPullingController extends SafeEventTarget {
   constructor(options: WorkPullingControllerOptions) {
     super();
     this.#options = resolveControllerOptions(options);
+    this.#completed = new RecentMap(this.#options.dedupeWindow);
     const { queue, queueRetryAttempts, queueRetryBackoff, queueTimeout, clock } = this.#options;
     if (queue) {
       this.#lane = new DurableLane(
@@ -679,16 +681,9 @@ export class WorkPullingController extends SafeEventTarget {
     const done = binding.advance(confirmed);
     if (done.length === 0) return;
     this.#totals.confirmed += done.length;
-    const window = this.#options.dedupeWindow;
     for (const job of done) {
       this.#owned.delete(job.messageId);
-      if (window > 0) {
-        this.#completed.delete(job.messageId);
-        this.#completed.set(job.messageId, job.storeSeq);
-        if (this.#completed.size > window) {
-          this.#completed.delete(this.#completed.keys().next().value!);
-        }
-      }
+      this.#completed.set(job.messageId, job.storeSeq);
       if (this.#options.deliveryConfirmation) {
         const notice = { session: this.#session, messageId: job.messageId, seq: job.storeSeq };
         this.#tellProducer((p) => p.onDeliveryConfirmed?.(notice));

@@ -35,6 +35,7 @@ import {
   integerOption,
   optionsObject,
 } from "../core/options.ts";
+import { RecentMap } from "../core/recent_map.ts";
 import { SafeEventTarget } from "../core/safe_event_target.ts";
 import { decodeControllerFrame, encodeFrame } from "../protocol/codec.ts";
 import {
@@ -185,7 +186,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget {
   readonly #buffer = new Map<number, { messageId: string; payload: unknown }>();
   #inFlight: InFlight | undefined;
   #running = false;
-  readonly #completed = new Set<string>();
+  readonly #completed = new RecentMap<string, true>(REMEMBERED_COMPLETIONS);
   #sawTraffic = false;
   #sentSinceTick = false;
   #quietTicks = 0;
@@ -447,7 +448,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget {
       () => {
         this.#finish();
         this.#processed += 1;
-        this.#remember(job.messageId);
+        this.#completed.set(job.messageId, true);
         this.#guard(() => this.#handled(job));
       },
       (error) => {
@@ -466,20 +467,12 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget {
     }
   }
 
-  #remember(messageId: string): void {
-    this.#completed.add(messageId);
-    if (this.#completed.size > REMEMBERED_COMPLETIONS) {
-      this.#completed.delete(this.#completed.values().next().value!);
-    }
-  }
-
   /** The handler resolved: confirm if the job still belongs to the current sub-flow. */
   #handled(job: InFlight): void {
     if (this.#inFlight !== job) return this.#drain(); // its binding ended meanwhile
     this.#inFlight = undefined;
     this.#confirmedSeq = job.seq;
     this.#expectedSeq = job.seq + 1;
-    for (const seq of this.#buffer.keys()) if (seq < this.#expectedSeq) this.#buffer.delete(seq);
     if (this.#requestUpTo - this.#confirmedSeq <= Math.floor(this.window / 2)) this.#request(false);
     else if (this.#buffer.size === 0) this.#ack();
     this.#drain();

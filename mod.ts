@@ -70,13 +70,35 @@ export {
   type WorkerEndpointOptions,
 } from "./src/worker/worker_endpoint.ts";
 export { CloseCode, type Link, type LinkReceiver } from "./src/transport/link.ts";
+export { type Listener, SafeEventTarget } from "./src/core/safe_event_target.ts";
 export {
   attachPort,
   connectInProcess,
   type InProcessConnection,
   type LinkAcceptor,
 } from "./src/transport/in_process.ts";
-export * from "./src/protocol/schemas.ts";
+export {
+  type Accepted,
+  type AckFrame,
+  type ControllerFrame,
+  type DeliveryConfirmed,
+  type JobsFrame,
+  MAX_ID_LENGTH,
+  MAX_SEQ,
+  MAX_WINDOW,
+  type Produced,
+  type ProducedJob,
+  type RegisteredFrame,
+  type RegisterFrame,
+  type RequestFrame,
+  type RequestNext,
+  type ResetFrame,
+  type Stored,
+  type StoredAck,
+  SUBPROTOCOL,
+  type WireJob,
+  type WorkerFrame,
+} from "./src/protocol/schemas.ts";
 export {
   decodeControllerFrame,
   type DecodeFailure,

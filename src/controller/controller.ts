@@ -39,12 +39,12 @@ import {
   type AckFrame,
   MAX_SEQ,
   MAX_WINDOW,
-  Produced,
+  ProducedSchema,
   type RegisterFrame,
   type RequestFrame,
   type RequestNext,
   type Stored,
-  StoredAck,
+  StoredAckSchema,
   type WorkerFrame,
 } from "../protocol/schemas.ts";
 import type { BatchStoreJob, StoreResult } from "../queue/work_queue.ts";
@@ -99,8 +99,11 @@ export function identityAllows(identity: LinkIdentity, name: string): boolean {
 
 /** Per-worker figures in {@linkcode ControllerStats}. */
 export interface WorkerStats {
+  /** The worker endpoint name. */
   readonly worker: string;
+  /** Its incarnation. */
   readonly incarnation: string;
+  /** The binding id. */
   readonly binding: string;
   /** Whether a link is attached (false during a reconnect grace). */
   readonly connected: boolean;
@@ -114,12 +117,17 @@ export interface WorkerStats {
 
 /** A snapshot of the controller. */
 export interface ControllerStats {
+  /** The producer (flow) name. */
   readonly name: string;
+  /** The lifecycle state. */
   readonly state: ControllerState;
+  /** The current session. */
   readonly session: string;
   /** Jobs accepted and waiting for a worker. */
   readonly pending: number;
+  /** Every binding, in round-robin order. */
   readonly workers: readonly WorkerStats[];
+  /** Counters since this controller was created. */
   readonly totals: {
     /** Jobs stored for the first time by this controller instance. */
     readonly stored: number;
@@ -818,7 +826,7 @@ export class WorkPullingController extends SafeEventTarget {
 
   #onProduced(raw: unknown): void {
     if (this.#state !== "running") return;
-    const parsed = v.safeParse(Produced, raw);
+    const parsed = v.safeParse(ProducedSchema, raw);
     if (!parsed.success) {
       return this.#fail("protocol", new TypeError(`invalid Produced: ${parsed.issues[0].message}`));
     }
@@ -928,7 +936,7 @@ export class WorkPullingController extends SafeEventTarget {
 
   #onStoredAck(raw: unknown): void {
     if (this.#state !== "running") return;
-    const parsed = v.safeParse(StoredAck, raw);
+    const parsed = v.safeParse(StoredAckSchema, raw);
     if (!parsed.success) {
       return this.#fail(
         "protocol",

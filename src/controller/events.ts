@@ -188,10 +188,16 @@ export class ControllerRestartedEvent extends Event {
 
 /** The controller's events by name. */
 export interface ControllerEventMap {
+  /** A terminal failure (one per incarnation). */
   "delivery-failed": ReliableDeliveryFailedEvent;
+  /** A worker endpoint bound. */
   "worker-bound": WorkerBoundEvent;
+  /** A binding ended. */
   "worker-unbound": WorkerUnboundEvent;
+  /** Jobs went back to the head of the pool. */
   "requeued": RequeuedEvent;
+  /** A frame or registration was refused. */
   "frame-rejected": FrameRejectedEvent;
+  /** The controller restarted itself after durable retries ran out. */
   "restarted": ControllerRestartedEvent;
 }

@@ -6,7 +6,8 @@
  * @module
  */
 
-type Listener = EventListenerOrEventListenerObject;
+/** A listener function or object. */
+export type Listener = EventListenerOrEventListenerObject;
 
 /**
  * `EventTarget` with exception-safe listeners.

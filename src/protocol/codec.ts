@@ -9,14 +9,21 @@
  */
 
 import * as v from "valibot";
-import { ControllerFrame, WorkerFrame } from "./schemas.ts";
+import {
+  type ControllerFrame,
+  ControllerFrameSchema,
+  type WorkerFrame,
+  WorkerFrameSchema,
+} from "./schemas.ts";
 
 /** Why a frame was refused. */
 export type DecodeFailureReason = "too-large" | "not-text" | "malformed-json" | "invalid-frame";
 
 /** A frame that could not be decoded. */
 export interface DecodeFailure {
+  /** Always false. */
   readonly ok: false;
+  /** Why. */
   readonly reason: DecodeFailureReason;
   /** A short human-readable explanation (never the frame itself). */
   readonly detail: string;
@@ -69,7 +76,7 @@ export function decodeWorkerFrame(
   data: unknown,
   maxLength = DEFAULT_MAX_WORKER_FRAME,
 ): DecodeResult<WorkerFrame> {
-  return decode(WorkerFrame, data, maxLength);
+  return decode(WorkerFrameSchema, data, maxLength);
 }
 
 /**
@@ -86,7 +93,7 @@ export function decodeControllerFrame(
   data: unknown,
   maxLength = Number.MAX_SAFE_INTEGER,
 ): DecodeResult<ControllerFrame> {
-  return decode(ControllerFrame, data, maxLength);
+  return decode(ControllerFrameSchema, data, maxLength);
 }
 
 /**
@@ -104,7 +111,9 @@ export function encodeFrame(frame: WorkerFrame | ControllerFrame): string {
 
 /** A job ready for the wire: its MessageID and its payload already as JSON text. */
 export interface EncodedJob {
+  /** The MessageID. */
   readonly messageId: string;
+  /** The payload as JSON text. */
   readonly payload: string;
 }
 

@@ -1,6 +1,8 @@
 /**
- * Every message that crosses a boundary, as one valibot schema each, with its type inferred
- * from the schema.
+ * Every message that crosses a boundary, as one valibot schema each (`*Schema`), and its public
+ * TypeScript type. The public types are written out (so the documented API does not expose
+ * valibot's types) and a compile-time check at the end of this file proves each equals the type
+ * inferred from its schema.
  *
  * Two families:
  * - the **wire** frames exchanged between the controller and a worker endpoint (over a WebSocket
@@ -35,7 +37,7 @@ const positiveSeq = v.pipe(v.number(), v.safeInteger(), v.minValue(1), v.maxValu
 // Wire: worker -> controller
 
 /** A worker endpoint asks to bind (or re-asserts its binding) with a fresh nonce. */
-export const RegisterFrame = v.strictObject({
+export const RegisterFrameSchema = v.strictObject({
   type: v.literal("register"),
   /** The producer (flow) name this worker serves. */
   producer: id,
@@ -48,11 +50,9 @@ export const RegisterFrame = v.strictObject({
   /** The worker's resend interval in ms: it sends at least one frame per interval. */
   resendInterval: v.pipe(v.number(), v.safeInteger(), v.minValue(1), v.maxValue(3_600_000)),
 });
-/** See {@linkcode RegisterFrame}. */
-export type RegisterFrame = v.InferOutput<typeof RegisterFrame>;
 
 /** Demand and cumulative confirmation; `resend` asks for unconfirmed jobs again. */
-export const RequestFrame = v.strictObject({
+export const RequestFrameSchema = v.strictObject({
   type: v.literal("request"),
   session: id,
   nonce: id,
@@ -63,29 +63,27 @@ export const RequestFrame = v.strictObject({
   /** Resend every unconfirmed sequence in `(confirmed, upTo]`. */
   resend: v.boolean(),
 });
-/** See {@linkcode RequestFrame}. */
-export type RequestFrame = v.InferOutput<typeof RequestFrame>;
 
 /** Cumulative confirmation without new demand; also the idle heartbeat. */
-export const AckFrame = v.strictObject({
+export const AckFrameSchema = v.strictObject({
   type: v.literal("ack"),
   session: id,
   nonce: id,
   confirmed: seq,
 });
-/** See {@linkcode AckFrame}. */
-export type AckFrame = v.InferOutput<typeof AckFrame>;
 
 /** Any frame a worker may send. */
-export const WorkerFrame = v.variant("type", [RegisterFrame, RequestFrame, AckFrame]);
-/** See {@linkcode WorkerFrame}. */
-export type WorkerFrame = v.InferOutput<typeof WorkerFrame>;
+export const WorkerFrameSchema = v.variant("type", [
+  RegisterFrameSchema,
+  RequestFrameSchema,
+  AckFrameSchema,
+]);
 
 // ---------------------------------------------------------------------------------------------
 // Wire: controller -> worker
 
 /** The controller accepted a registration. */
-export const RegisteredFrame = v.strictObject({
+export const RegisteredFrameSchema = v.strictObject({
   type: v.literal("registered"),
   session: id,
   /** Identifies the binding; a new value means a fresh sub-flow the worker must adopt. */
@@ -94,100 +92,295 @@ export const RegisteredFrame = v.strictObject({
   nextSeq: positiveSeq,
   nonce: id,
 });
-/** See {@linkcode RegisteredFrame}. */
-export type RegisteredFrame = v.InferOutput<typeof RegisteredFrame>;
 
 /** One job inside a {@linkcode JobsFrame}. */
-export const WireJob = v.strictObject({
+export const WireJobSchema = v.strictObject({
   /** The MessageID: the stable deduplication key. */
   id: id,
   /** The job's JSON value. */
   payload: v.unknown(),
 });
-/** See {@linkcode WireJob}. */
-export type WireJob = v.InferOutput<typeof WireJob>;
 
 /** Jobs with contiguous sequences `seq`, `seq + 1`, ... in one frame. */
-export const JobsFrame = v.strictObject({
+export const JobsFrameSchema = v.strictObject({
   type: v.literal("jobs"),
   session: id,
   seq: positiveSeq,
-  jobs: v.pipe(v.array(WireJob), v.minLength(1), v.maxLength(MAX_WINDOW)),
+  jobs: v.pipe(v.array(WireJobSchema), v.minLength(1), v.maxLength(MAX_WINDOW)),
 });
-/** See {@linkcode JobsFrame}. */
-export type JobsFrame = v.InferOutput<typeof JobsFrame>;
 
 /** The controller has a new session (restart or respawn): register again now. */
-export const ResetFrame = v.strictObject({
+export const ResetFrameSchema = v.strictObject({
   type: v.literal("reset"),
   session: id,
 });
-/** See {@linkcode ResetFrame}. */
-export type ResetFrame = v.InferOutput<typeof ResetFrame>;
 
 /** Any frame the controller may send. */
-export const ControllerFrame = v.variant("type", [RegisteredFrame, JobsFrame, ResetFrame]);
-/** See {@linkcode ControllerFrame}. */
-export type ControllerFrame = v.InferOutput<typeof ControllerFrame>;
+export const ControllerFrameSchema = v.variant("type", [
+  RegisteredFrameSchema,
+  JobsFrameSchema,
+  ResetFrameSchema,
+]);
 
 // ---------------------------------------------------------------------------------------------
 // Producer contract (in process)
 
 /** A grant: the producer answers with exactly one {@linkcode Produced} of 1..`maxJobs` jobs. */
-export const RequestNext = v.strictObject({
+export const RequestNextSchema = v.strictObject({
   session: id,
   token: id,
   /** The most jobs the answering `Produced` may carry (free worker demand, capped). */
   maxJobs: v.pipe(v.number(), v.safeInteger(), v.minValue(1)),
 });
-/** See {@linkcode RequestNext}. */
-export type RequestNext = v.InferOutput<typeof RequestNext>;
 
 /** One produced job. The payload must be JSON-serializable. */
-export const ProducedJob = v.strictObject({
+export const ProducedJobSchema = v.strictObject({
   messageId: id,
   payload: v.unknown(),
 });
-/** See {@linkcode ProducedJob}. */
-export type ProducedJob = v.InferOutput<typeof ProducedJob>;
 
 /** The answer to a grant: one job, or a batch of jobs each with its own MessageID. */
-export const Produced = v.union([
+export const ProducedSchema = v.union([
   v.strictObject({ session: id, token: id, messageId: id, payload: v.unknown() }),
   v.strictObject({
     session: id,
     token: id,
-    jobs: v.pipe(v.array(ProducedJob), v.minLength(1)),
+    jobs: v.pipe(v.array(ProducedJobSchema), v.minLength(1)),
   }),
 ]);
-/** See {@linkcode Produced}. */
-export type Produced = v.InferOutput<typeof Produced>;
 
 /** The jobs of a grant are stored: each with its producer-visible store sequence. */
-export const Stored = v.strictObject({
+export const StoredSchema = v.strictObject({
   session: id,
   token: id,
   jobs: v.array(v.strictObject({ messageId: id, seq: positiveSeq })),
 });
-/** See {@linkcode Stored}. */
-export type Stored = v.InferOutput<typeof Stored>;
 
 /** The producer has durably removed the stored jobs from its own source. */
-export const StoredAck = v.strictObject({ session: id, token: id });
-/** See {@linkcode StoredAck}. */
-export type StoredAck = v.InferOutput<typeof StoredAck>;
+export const StoredAckSchema = v.strictObject({ session: id, token: id });
 
 /** The jobs of a grant are accepted into the pool (an extension of the contract). */
-export const Accepted = v.strictObject({ session: id, token: id });
-/** See {@linkcode Accepted}. */
-export type Accepted = v.InferOutput<typeof Accepted>;
+export const AcceptedSchema = v.strictObject({ session: id, token: id });
 
 /** A worker confirmed a job; repeats when a requeued job is confirmed again. */
-export const DeliveryConfirmed = v.strictObject({
+export const DeliveryConfirmedSchema = v.strictObject({
   session: id,
   messageId: id,
   /** The store sequence its `Stored` carried. */
   seq: positiveSeq,
 });
-/** See {@linkcode DeliveryConfirmed}. */
-export type DeliveryConfirmed = v.InferOutput<typeof DeliveryConfirmed>;
+
+// ---------------------------------------------------------------------------------------------
+// Public types (each checked below against its schema's inferred output)
+
+/** A worker endpoint asks to bind, or re-asserts its binding, with a fresh nonce. */
+export interface RegisterFrame {
+  /** The frame type. */
+  readonly type: "register";
+  /** The producer (flow) name this worker serves. */
+  readonly producer: string;
+  /** The worker endpoint's stable name: its identity and its binding key. */
+  readonly worker: string;
+  /** Fresh at every start of the endpoint; a new one replaces the old binding. */
+  readonly incarnation: string;
+  /** Fresh at every registration attempt; echoed in the ack and carried by request and ack. */
+  readonly nonce: string;
+  /** The worker's resend interval in ms: it sends at least one frame per interval. */
+  readonly resendInterval: number;
+}
+
+/** Demand and cumulative confirmation; `resend` asks for the unconfirmed jobs again. */
+export interface RequestFrame {
+  /** The frame type. */
+  readonly type: "request";
+  /** The controller session the worker adopted. */
+  readonly session: string;
+  /** The nonce of the worker's latest registration. */
+  readonly nonce: string;
+  /** Every sequence up to and including this one is confirmed. */
+  readonly confirmed: number;
+  /** The worker accepts sequences up to and including this one. */
+  readonly upTo: number;
+  /** Resend every unconfirmed sequence in `(confirmed, upTo]`. */
+  readonly resend: boolean;
+}
+
+/** Cumulative confirmation without new demand; also the idle heartbeat. */
+export interface AckFrame {
+  /** The frame type. */
+  readonly type: "ack";
+  /** The controller session the worker adopted. */
+  readonly session: string;
+  /** The nonce of the worker's latest registration. */
+  readonly nonce: string;
+  /** Every sequence up to and including this one is confirmed. */
+  readonly confirmed: number;
+}
+
+/** Any frame a worker may send. */
+export type WorkerFrame = RegisterFrame | RequestFrame | AckFrame;
+
+/** The controller accepted a registration. */
+export interface RegisteredFrame {
+  /** The frame type. */
+  readonly type: "registered";
+  /** The controller session. */
+  readonly session: string;
+  /** Identifies the binding; a new value means a fresh sub-flow the worker must adopt. */
+  readonly binding: string;
+  /** The first sequence of a fresh binding (`confirmed + 1` of the binding). */
+  readonly nextSeq: number;
+  /** The registration's nonce, echoed. */
+  readonly nonce: string;
+}
+
+/** One job inside a {@linkcode JobsFrame}. */
+export interface WireJob {
+  /** The MessageID: the stable deduplication key. */
+  readonly id: string;
+  /** The job's JSON value. */
+  readonly payload: unknown;
+}
+
+/** Jobs with contiguous sequences `seq`, `seq + 1`, ... in one frame. */
+export interface JobsFrame {
+  /** The frame type. */
+  readonly type: "jobs";
+  /** The controller session. */
+  readonly session: string;
+  /** The sequence of the first job. */
+  readonly seq: number;
+  /** 1..10,000 jobs. */
+  readonly jobs: readonly WireJob[];
+}
+
+/** The controller has a new session (restart or respawn): register again now. */
+export interface ResetFrame {
+  /** The frame type. */
+  readonly type: "reset";
+  /** The new session. */
+  readonly session: string;
+}
+
+/** Any frame the controller may send. */
+export type ControllerFrame = RegisteredFrame | JobsFrame | ResetFrame;
+
+/** A grant: answer with exactly one {@linkcode Produced} of 1..`maxJobs` jobs. */
+export interface RequestNext {
+  /** The controller session. */
+  readonly session: string;
+  /** Identifies this grant; a retransmitted grant has the same token. */
+  readonly token: string;
+  /** The most jobs the answering `Produced` may carry (free worker demand, capped). */
+  readonly maxJobs: number;
+}
+
+/** One produced job. The payload must be JSON-serializable. */
+export interface ProducedJob {
+  /** The stable deduplication key. */
+  readonly messageId: string;
+  /** The job's value. */
+  readonly payload: unknown;
+}
+
+/** The answer to a grant: one job, or a batch of jobs each with its own MessageID. */
+export type Produced =
+  | {
+    /** Copied from the grant. */
+    readonly session: string;
+    /** Copied from the grant. */
+    readonly token: string;
+    /** The job's MessageID. */
+    readonly messageId: string;
+    /** The job's value. */
+    readonly payload: unknown;
+  }
+  | {
+    /** Copied from the grant. */
+    readonly session: string;
+    /** Copied from the grant. */
+    readonly token: string;
+    /** 1..`maxJobs` jobs with distinct MessageIDs. */
+    readonly jobs: readonly ProducedJob[];
+  };
+
+/** The jobs of a grant are stored, each with its producer-visible store sequence. */
+export interface Stored {
+  /** The controller session. */
+  readonly session: string;
+  /** The grant's token. */
+  readonly token: string;
+  /** In the order they were produced. */
+  readonly jobs: readonly { readonly messageId: string; readonly seq: number }[];
+}
+
+/** The producer has durably removed the stored jobs from its own source. */
+export interface StoredAck {
+  /** Copied from `Stored`. */
+  readonly session: string;
+  /** Copied from `Stored`. */
+  readonly token: string;
+}
+
+/** The jobs of a grant entered the pending pool (an extension of the contract). */
+export interface Accepted {
+  /** The controller session. */
+  readonly session: string;
+  /** The grant's token. */
+  readonly token: string;
+}
+
+/** A worker confirmed a job; repeats when a job is dispatched and confirmed again. */
+export interface DeliveryConfirmed {
+  /** The controller session. */
+  readonly session: string;
+  /** The job's MessageID. */
+  readonly messageId: string;
+  /** The store sequence its `Stored` carried. */
+  readonly seq: number;
+}
+
+// Each public type equals its schema's inferred output: drift is a compile error.
+type DeepReadonly<T> = T extends readonly (infer U)[] ? readonly DeepReadonly<U>[]
+  : T extends object ? { readonly [K in keyof T]: DeepReadonly<T[K]> }
+  : T;
+type Same<A, B> = [DeepReadonly<A>] extends [DeepReadonly<B>]
+  ? ([DeepReadonly<B>] extends [DeepReadonly<A>] ? true : false)
+  : false;
+type Checks = [
+  Same<RegisterFrame, v.InferOutput<typeof RegisterFrameSchema>>,
+  Same<RequestFrame, v.InferOutput<typeof RequestFrameSchema>>,
+  Same<AckFrame, v.InferOutput<typeof AckFrameSchema>>,
+  Same<WorkerFrame, v.InferOutput<typeof WorkerFrameSchema>>,
+  Same<RegisteredFrame, v.InferOutput<typeof RegisteredFrameSchema>>,
+  Same<WireJob, v.InferOutput<typeof WireJobSchema>>,
+  Same<JobsFrame, v.InferOutput<typeof JobsFrameSchema>>,
+  Same<ResetFrame, v.InferOutput<typeof ResetFrameSchema>>,
+  Same<ControllerFrame, v.InferOutput<typeof ControllerFrameSchema>>,
+  Same<RequestNext, v.InferOutput<typeof RequestNextSchema>>,
+  Same<ProducedJob, v.InferOutput<typeof ProducedJobSchema>>,
+  Same<Produced, v.InferOutput<typeof ProducedSchema>>,
+  Same<Stored, v.InferOutput<typeof StoredSchema>>,
+  Same<StoredAck, v.InferOutput<typeof StoredAckSchema>>,
+  Same<Accepted, v.InferOutput<typeof AcceptedSchema>>,
+  Same<DeliveryConfirmed, v.InferOutput<typeof DeliveryConfirmedSchema>>,
+];
+const schemasMatchTypes: Checks = [
+  true,
+  true,
+  true,
+  true,
+  true,
+  true,
+  true,
+  true,
+  true,
+  true,
+  true,
+  true,
+  true,
+  true,
+  true,
+  true,
+];
+void schemasMatchTypes;

@@ -35,7 +35,7 @@ interface Entry {
  *
  * @example Store, accept, reload
  * ```ts
- * import { MemoryWorkQueue } from "./mod.ts";
+ * import { MemoryWorkQueue } from "../../mod.ts";
  *
  * const queue = new MemoryWorkQueue();
  * const { epoch } = await queue.load();

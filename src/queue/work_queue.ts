@@ -126,7 +126,7 @@ export interface QueueBatchLimits {
  *
  * @example Attach a queue to a controller
  * ```ts
- * import { MemoryWorkQueue, WorkPullingController, BufferedProducer } from "./mod.ts";
+ * import { MemoryWorkQueue, WorkPullingController, BufferedProducer } from "../../mod.ts";
  *
  * const queue = new MemoryWorkQueue();
  * const controller = new WorkPullingController({
@@ -165,7 +165,7 @@ export interface DurableWorkQueue {
  *
  * @example
  * ```ts
- * import { QueueFencedError } from "./mod.ts";
+ * import { QueueFencedError } from "../../mod.ts";
  * const error = new QueueFencedError("epoch 1 is fenced by epoch 2");
  * console.assert(error.name === "QueueFencedError");
  * ```
@@ -184,7 +184,7 @@ export class QueueFencedError extends Error {
  *
  * @example
  * ```ts
- * import { QueueConflictError } from "./mod.ts";
+ * import { QueueConflictError } from "../../mod.ts";
  * const error = new QueueConflictError("unknown MessageID job-7");
  * console.assert(error.name === "QueueConflictError");
  * ```

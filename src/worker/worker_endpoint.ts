@@ -493,7 +493,9 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget {
 
 /** The worker endpoint's events by name. */
 export interface WorkerEndpointEventMap {
+  /** The handler rejected; the job runs again after the resend interval. */
   "handler-error": HandlerErrorEvent;
+  /** A fresh binding was adopted. */
   "bound": BoundEvent;
 }
 

@@ -1,0 +1,106 @@
+#!/usr/bin/env node
+// The whole test suite: Deno (the first runtime), Bun (the second), each writing a JUnit file,
+// then one summary line "N passed, M failed". Usage: node scripts/test.mjs [--deno-only|--bun-only]
+//
+// Node runs this script because a fresh machine has Node; Deno and Bun come pinned from npm
+// (node_modules/.bin) after `npm ci`.
+
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const bin = (name) => join(root, "node_modules", ".bin", name);
+const out = join(root, ".tmp", "test-results");
+rmSync(out, { recursive: true, force: true });
+mkdirSync(out, { recursive: true });
+
+const only = process.argv[2];
+const suites = [
+  {
+    name: "deno",
+    command: bin("deno"),
+    args: ["test", "-A", "--unstable-kv", `--junit-path=${join(out, "deno.xml")}`, "tests/"],
+    file: join(out, "deno.xml"),
+  },
+  {
+    name: "bun",
+    command: bin("bun"),
+    args: [
+      "test",
+      "--timeout=120000",
+      "--reporter=junit",
+      `--reporter-outfile=${join(out, "bun.xml")}`,
+      "tests/",
+    ],
+    file: join(out, "bun.xml"),
+  },
+].filter((suite) => !only || only === `--${suite.name}-only`);
+
+/** Count test cases in a JUnit file: passed, failed (failures + errors), skipped. */
+function count(xml) {
+  const cases = xml.match(/<testcase\b[\s\S]*?(?:\/>|<\/testcase>)/g) ?? [];
+  let passed = 0, failed = 0, skipped = 0;
+  for (const testcase of cases) {
+    if (/<(failure|error)\b/.test(testcase)) failed++;
+    else if (/<skipped\b/.test(testcase)) skipped++;
+    else passed++;
+  }
+  return { passed, failed, skipped };
+}
+
+let passed = 0, failed = 0, skipped = 0;
+
+// Static checks count as one test each: formatting, lint, types (also against a lib without the
+// Deno namespace for the core), public API docs, and the JSDoc examples run as tests.
+const checks = only ? [] : [
+  ["deno fmt --check", ["fmt", "--check"]],
+  ["deno lint", ["lint"]],
+  ["deno task check", ["task", "check"]],
+  ["deno doc --lint", ["task", "doc-lint"]],
+  ["deno test --doc", ["task", "doc-test"]],
+];
+if (checks.length > 0) console.log("=== static checks ===");
+for (const [name, args] of checks) {
+  const result = spawnSync(bin("deno"), args, { cwd: root, encoding: "utf8", env: process.env });
+  if (result.status === 0) {
+    passed++;
+    console.log(`ok   ${name}`);
+  } else {
+    failed++;
+    console.log(
+      `FAIL ${name}\n${(result.stdout + result.stderr).split("\n").slice(-40).join("\n")}`,
+    );
+  }
+}
+
+for (const suite of suites) {
+  console.log(`\n=== ${suite.name} tests ===`);
+  const started = Date.now();
+  const result = spawnSync(suite.command, suite.args, {
+    cwd: root,
+    stdio: "inherit",
+    env: process.env,
+  });
+  const seconds = ((Date.now() - started) / 1000).toFixed(0);
+  if (!existsSync(suite.file)) {
+    console.log(
+      `${suite.name}: no report (exit ${result.status ?? result.signal}); counted as 1 failure`,
+    );
+    failed += 1;
+    continue;
+  }
+  const counts = count(readFileSync(suite.file, "utf8"));
+  // A runner that exits non-zero with no failing case (a crash, an unhandled error) still fails.
+  if (result.status !== 0 && counts.failed === 0) counts.failed = 1;
+  console.log(
+    `${suite.name}: ${counts.passed} passed, ${counts.failed} failed, ${counts.skipped} skipped (${seconds} s)`,
+  );
+  passed += counts.passed;
+  failed += counts.failed;
+  skipped += counts.skipped;
+}
+if (skipped > 0) console.log(`(${skipped} skipped)`);
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed > 0 ? 1 : 0);

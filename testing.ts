@@ -1,7 +1,8 @@
 /**
- * Test utilities: a simulated clock for deterministic tests of code built on workpull.
+ * Test utilities: a simulated clock for deterministic tests of code built on workpull, and the
+ * conformance suite that any {@linkcode DurableWorkQueue} adapter can run.
  *
- * @example
+ * @example Drive time by hand
  * ```ts
  * import { SimulatedClock } from "./testing.ts";
  * const clock = new SimulatedClock();
@@ -9,7 +10,32 @@
  * console.assert(clock.now() === 2000);
  * ```
  *
+ * @example Check an adapter against the queue contract with node:test
+ * ```ts ignore
+ * import { describe, test } from "node:test";
+ * import { runWorkQueueConformance } from "./testing.ts";
+ * import { MemoryWorkQueue } from "./mod.ts";
+ *
+ * await runWorkQueueConformance("my queue", {
+ *   open: () => ({ queue: new MemoryWorkQueue(), close() {} }),
+ * }, { test, describe });
+ * ```
+ *
  * @module
  */
 
 export { settle, SimulatedClock } from "./src/core/clock.ts";
+export {
+  capabilitiesOf,
+  type ConformanceCase,
+  type ConformanceRegistration,
+  type ConformanceReport,
+  ConformanceSkipError,
+  type QueueCapability,
+  type QueueFactory,
+  type QueueFixture,
+  runConformanceCases,
+  runWorkQueueConformance,
+  workQueueConformanceCases,
+} from "./src/testing/queue_conformance.ts";
+export * from "./src/queue/work_queue.ts";

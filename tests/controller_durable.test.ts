@@ -139,6 +139,33 @@ describe("durable lane", () => {
     await s.controller.close();
   });
 
+  test("after a timed-out attempt whose write landed, the retry does not repeat its confirmations", async () => {
+    const queue = new FaultyQueue();
+    const commit = queue.commit!;
+    let lost = 0;
+    (queue as { commit: typeof commit }).commit = async (epoch, batch, call) => {
+      const result = await commit(epoch, batch, call);
+      if (batch.confirm?.length && lost++ === 0) {
+        // The write landed (the job is compacted) but its answer never arrives.
+        return new Promise((_, reject) =>
+          call?.signal?.addEventListener("abort", () => reject(call.signal!.reason), { once: true })
+        );
+      }
+      return result;
+    };
+    const s = await durableSystem(queue, { queueTimeout: 1000 });
+    await s.producer.submit(1, { messageId: "a" });
+    await s.run();
+    assert.deepEqual(s.handled, ["a"]);
+    await s.run(1100);
+    await s.producer.submit(2, { messageId: "b" });
+    await s.run(2000);
+    assert.deepEqual(s.handled, ["a", "b"]);
+    assert.equal(s.failures.length, 0, "no conflict for a repeated confirmation of a compacted job");
+    assert.equal(s.controller.state, "running");
+    await s.controller.close();
+  });
+
   test("exhausted retries restart the controller: new session, reload, re-dispatch, no failure event", async () => {
     const queue = new FaultyQueue();
     const s = await durableSystem(queue, { window: 2 });

@@ -143,8 +143,12 @@ export class MemoryWorkQueue implements DurableWorkQueue {
           ? { seq: existing.seq, alreadyStored: true, payload: existing.payload }
           : this.#append(job.messageId, job.payload);
       });
-      for (const id of batch.accept ?? []) this.#mark(id, "accepted");
-      for (const id of batch.confirm ?? []) this.#mark(id, "confirmed");
+      // Set every flag first and compact once at the end, so a MessageID repeated in the batch
+      // is still known when its second mark applies.
+      const touched = [...(batch.accept ?? []), ...(batch.confirm ?? [])];
+      for (const id of batch.accept ?? []) this.#entries.get(id)!.accepted = true;
+      for (const id of batch.confirm ?? []) this.#entries.get(id)!.confirmed = true;
+      for (const id of touched) this.#compact(id);
       return { stored };
     });
   }
@@ -164,7 +168,13 @@ export class MemoryWorkQueue implements DurableWorkQueue {
     const entry = this.#entries.get(messageId);
     if (!entry) throw new QueueConflictError(`Cannot mark ${messageId} ${flag}: unknown MessageID`);
     entry[flag] = true;
-    if (entry.accepted && entry.confirmed) this.#entries.delete(messageId);
+    this.#compact(messageId);
+  }
+
+  /** Drop a job that is both accepted and confirmed: its MessageID then counts as new. */
+  #compact(messageId: string): void {
+    const entry = this.#entries.get(messageId);
+    if (entry?.accepted && entry.confirmed) this.#entries.delete(messageId);
   }
 
   #fence(epoch: QueueEpoch): void {

@@ -1,0 +1,220 @@
+/**
+ * The key layout of the Deno KV work queue under one prefix, and the limits that follow from
+ * it: the largest payload, the largest MessageID and the size of one group commit, chosen so
+ * that any batch within them fits one Deno KV atomic commit.
+ *
+ * | Key | Value (see `deno_kv_codec.ts`) | Written by |
+ * |---|---|---|
+ * | `[...P, "epoch"]` | epoch record | `load` only: the fencing key |
+ * | `[...P, "meta"]` | meta record (append cursor) | every write: the change marker |
+ * | `[...P, "job", seq]` | job record: header, MessageID, payload head | `store` |
+ * | `[...P, "flags", seq]` | flags record; absent while neither flag is set | `accept`, `confirmMessage` |
+ * | `[...P, "part", seq, n]` | payload continuation `n` = 1, 2, ... | `store` (large payloads) |
+ *
+ * Keys hold store sequences, never MessageIDs, so their sizes do not depend on MessageID length
+ * and listing returns jobs in ascending sequence.
+ *
+ * @module
+ */
+
+import { KV_LIMITS, type KvKey, type KvKeyPart } from "./deno_kv_port.ts";
+import { headCapacity, RECORD_BOUNDS } from "./deno_kv_codec.ts";
+
+const MAX_PREFIX_BYTES = 1_024;
+const MAX_PAYLOAD_BYTES = 640 * 1_024;
+const encoder = new TextEncoder();
+
+/**
+ * The encoded size in bytes of a Deno KV key, as Deno counts it against its limits (an upper
+ * bound for bigint parts).
+ *
+ * @example Measure keys
+ * ```ts
+ * import { encodedKeySize } from "./deno_kv_layout.ts";
+ *
+ * console.assert(encodedKeySize(["workpull"]) === 10);
+ * console.assert(encodedKeySize(["workpull", "job", 1]) === 24);
+ * ```
+ */
+export function encodedKeySize(key: KvKey): number {
+  let size = 0;
+  for (const part of key) size += encodedPartSize(part);
+  return size;
+}
+
+function encodedPartSize(part: KvKeyPart): number {
+  if (typeof part === "string") return escapedSize(encoder.encode(part)) + 2;
+  if (part instanceof Uint8Array) return escapedSize(part) + 2;
+  if (typeof part === "number") return 9;
+  if (typeof part === "boolean") return 1;
+  if (typeof part === "bigint") {
+    const magnitude = part < 0n ? -part : part;
+    return 2 + Math.ceil(magnitude.toString(16).length / 2);
+  }
+  throw new TypeError(`Cannot encode a key part: ${typeof part} is not a storable kind`);
+}
+
+/** Zero bytes are escaped as two bytes inside byte and string parts. */
+function escapedSize(bytes: Uint8Array): number {
+  let size = bytes.length;
+  for (const byte of bytes) if (byte === 0) size += 1;
+  return size;
+}
+
+/** Byte sizes of the fixed key shapes. */
+export interface KeySizes {
+  /** `[...P, "epoch"]`. */
+  readonly epoch: number;
+  /** `[...P, "meta"]`. */
+  readonly meta: number;
+  /** `[...P, "job", seq]`. */
+  readonly job: number;
+  /** `[...P, "flags", seq]`. */
+  readonly flags: number;
+  /** `[...P, "part", seq, n]`. */
+  readonly part: number;
+}
+
+/**
+ * The keys and limits of one queue. Validates the prefix (TypeError or RangeError naming the
+ * `prefix` option).
+ *
+ * @example Keys and limits of the default prefix
+ * ```ts
+ * import { KvQueueLayout } from "./deno_kv_layout.ts";
+ *
+ * const layout = new KvQueueLayout(["workpull"]);
+ * console.assert(layout.jobKey(7).join("/") === "workpull/job/7");
+ * console.assert(layout.maxPayloadBytes === 655_360);
+ * console.assert(layout.batchLimits.maxOperations === 494);
+ * ```
+ */
+export class KvQueueLayout {
+  /** The prefix every key starts with. */
+  readonly prefix: KvKey;
+  /** The fencing key: changes only when `load` issues a new epoch. */
+  readonly epochKey: KvKey;
+  /** The change marker: rewritten by every write. */
+  readonly metaKey: KvKey;
+  /** List prefix of all `job` keys. */
+  readonly jobPrefix: KvKey;
+  /** List prefix of all `flags` keys. */
+  readonly flagsPrefix: KvKey;
+  /** List prefix of all `part` keys. */
+  readonly partPrefix: KvKey;
+  /** Sizes of the fixed key shapes. */
+  readonly keySizes: KeySizes;
+  /** The largest payload (UTF-8 bytes of its JSON text): 640 KiB. */
+  readonly maxPayloadBytes: number = MAX_PAYLOAD_BYTES;
+  /** The largest MessageID (UTF-8 bytes): 1 KiB. */
+  readonly maxMessageIdBytes: number = RECORD_BOUNDS.maxMessageIdBytes;
+  /** What one group commit may carry; any batch within these fits one atomic commit. */
+  readonly batchLimits: { readonly maxOperations: number; readonly maxBytes: number };
+  /** Part keys deleted per garbage-collection commit. */
+  readonly partsPerCollection: number;
+
+  /** Validates the prefix and derives the keys and limits. */
+  constructor(prefix: KvKey) {
+    if (!Array.isArray(prefix) || prefix.length === 0) {
+      throw new TypeError(
+        "Cannot use the prefix option: it must be a non-empty array of key parts",
+      );
+    }
+    for (const part of prefix) {
+      const kind = typeof part;
+      if (
+        !(part instanceof Uint8Array) && kind !== "string" && kind !== "number" &&
+        kind !== "bigint" && kind !== "boolean"
+      ) {
+        throw new TypeError(`Cannot use the prefix option: a key part is a ${kind}`);
+      }
+      if (kind === "number" && !Number.isFinite(part)) {
+        throw new TypeError(`Cannot use the prefix option: a key part is ${part}`);
+      }
+    }
+    const prefixBytes = encodedKeySize(prefix);
+    if (prefixBytes > MAX_PREFIX_BYTES) {
+      throw new RangeError(
+        `Cannot use the prefix option: it encodes to ${prefixBytes} bytes, the maximum is ${MAX_PREFIX_BYTES}`,
+      );
+    }
+    this.prefix = Object.freeze([...prefix]);
+    this.epochKey = [...prefix, "epoch"];
+    this.metaKey = [...prefix, "meta"];
+    this.jobPrefix = [...prefix, "job"];
+    this.flagsPrefix = [...prefix, "flags"];
+    this.partPrefix = [...prefix, "part"];
+    this.keySizes = {
+      epoch: prefixBytes + 7,
+      meta: prefixBytes + 6,
+      job: prefixBytes + 5 + 9,
+      flags: prefixBytes + 7 + 9,
+      part: prefixBytes + 6 + 9 + 9,
+    };
+    this.batchLimits = deriveBatchLimits(this.keySizes);
+    this.partsPerCollection = Math.min(
+      KV_LIMITS.maxMutations,
+      Math.floor((KV_LIMITS.maxMutationBytes - this.keySizes.epoch) / this.keySizes.part),
+    );
+  }
+
+  /** The key of the job stored at `seq`. */
+  jobKey(seq: number): KvKey {
+    return [...this.jobPrefix, seq];
+  }
+
+  /** The key of the flags of the job stored at `seq`. */
+  flagsKey(seq: number): KvKey {
+    return [...this.flagsPrefix, seq];
+  }
+
+  /** The key of continuation part `n` (1-based) of the job stored at `seq`. */
+  partKey(seq: number, n: number): KvKey {
+    return [...this.partPrefix, seq, n];
+  }
+
+  /**
+   * The sequence (and part number) in a listed `job`, `flags` or `part` key; undefined when the
+   * key has the wrong shape.
+   */
+  parse(key: readonly unknown[], kind: "job" | "flags" | "part"): [number, number] | undefined {
+    const depth = this.prefix.length;
+    const seq = key[depth + 1];
+    const n = kind === "part" ? key[depth + 2] : 0;
+    const length = depth + (kind === "part" ? 3 : 2);
+    if (
+      key.length !== length || !isPositiveInteger(seq) || !(kind !== "part" || isPositiveInteger(n))
+    ) {
+      return undefined;
+    }
+    return [seq, n as number];
+  }
+}
+
+/**
+ * The size of one group commit. Per operation the adapter writes at most two mutations (a job
+ * or flags set, or the two deletes of compaction), one set key, and 2 × key + record bytes;
+ * MessageID and payload bytes are counted in `maxBytes`. Continuation parts of the payloads
+ * that `maxBytes` can carry, the epoch and meta checks and the meta record are added on top.
+ */
+function deriveBatchLimits(keys: KeySizes): { maxOperations: number; maxBytes: number } {
+  const maxBytes = MAX_PAYLOAD_BYTES + RECORD_BOUNDS.maxMessageIdBytes;
+  const record = RECORD_BOUNDS.recordMaxBytes;
+  // A payload of B bytes needs at most B / (smallest head capacity) continuation parts.
+  const maxParts = Math.ceil(maxBytes / headCapacity(RECORD_BOUNDS.maxMessageIdBytes));
+  const markKey = Math.max(keys.job, keys.flags);
+  const fixed = keys.epoch + keys.meta + 2 * keys.meta + record;
+  const byMutations = Math.floor((KV_LIMITS.maxMutations - 1 - maxParts) / 2);
+  const byBytes = Math.floor(
+    (KV_LIMITS.maxMutationBytes - fixed - maxParts * 2 * keys.part - maxBytes) /
+      (2 * markKey + record),
+  );
+  const bySetKeys = Math.floor(
+    (KV_LIMITS.maxSetKeyBytes - keys.meta - maxParts * keys.part) / markKey,
+  );
+  return { maxOperations: Math.min(byMutations, byBytes, bySetKeys), maxBytes };
+}
+
+function isPositiveInteger(value: unknown): value is number {
+  return Number.isSafeInteger(value) && (value as number) > 0;
+}

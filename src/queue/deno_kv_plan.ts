@@ -1,0 +1,190 @@
+/**
+ * The pure decision behind one write of the Deno KV work queue: given the retained jobs and a
+ * batch of stores, accepts and confirms, compute the results, the new append cursor and the
+ * writes, or throw {@linkcode QueueConflictError} having decided nothing.
+ *
+ * Operations apply in the order stores, accepts, confirms, exactly as if called one by one.
+ * Compaction (dropping a job that is both accepted and confirmed) happens once, at the end of the
+ * batch, so a MessageID repeated inside one batch is a repeat, never an unknown ID.
+ *
+ * @module
+ */
+
+import { QueueConflictError, type StoreResult } from "./work_queue.ts";
+
+/** What the adapter keeps in memory about one retained job. */
+export interface KvJobInfo {
+  /** The store sequence. */
+  readonly seq: number;
+  /** How many continuation parts its payload has. */
+  readonly parts: number;
+  /** Accepted by the producer. */
+  readonly accepted: boolean;
+  /** Confirmed by a worker. */
+  readonly confirmed: boolean;
+}
+
+/** A job to store, with its part count already computed. */
+export interface PlannedStore {
+  /** The stable deduplication key. */
+  readonly messageId: string;
+  /** The payload's JSON text. */
+  readonly payload: string;
+  /** Continuation parts its payload needs. */
+  readonly parts: number;
+}
+
+/** The input of {@linkcode planBatch}. */
+export interface PlanInput {
+  /** The append cursor before the batch. */
+  readonly currentSeq: number;
+  /** Retained jobs by MessageID before the batch. */
+  readonly jobs: ReadonlyMap<string, KvJobInfo>;
+  /** The sequence proposed for the first new job. */
+  readonly firstSeq: number;
+  /** Jobs to store, in order. */
+  readonly store: readonly PlannedStore[];
+  /** MessageIDs to accept. */
+  readonly accept: readonly string[];
+  /** MessageIDs to confirm. */
+  readonly confirm: readonly string[];
+  /** The persisted payloads of retained jobs that `store` repeats. */
+  readonly storedPayloads: ReadonlyMap<string, string>;
+}
+
+/** One write the adapter must perform. */
+export type PlannedWrite =
+  | {
+    readonly kind: "create";
+    readonly messageId: string;
+    readonly seq: number;
+    readonly payload: string;
+    readonly flags: { readonly accepted: boolean; readonly confirmed: boolean } | undefined;
+  }
+  | {
+    readonly kind: "flags";
+    readonly seq: number;
+    readonly flags: { readonly accepted: boolean; readonly confirmed: boolean };
+  }
+  | {
+    readonly kind: "compact";
+    readonly seq: number;
+    readonly parts: number;
+    readonly hadFlags: boolean;
+  };
+
+/** The output of {@linkcode planBatch}. */
+export interface BatchPlan {
+  /** One result per stored job, in order. */
+  readonly stored: readonly StoreResult[];
+  /** The append cursor after the batch. */
+  readonly currentSeq: number;
+  /** The writes, at most one per touched job. */
+  readonly writes: readonly PlannedWrite[];
+  /** The retained-jobs changes to apply once the writes are durable (undefined: dropped). */
+  readonly updates: ReadonlyMap<string, KvJobInfo | undefined>;
+}
+
+interface Draft {
+  seq: number;
+  parts: number;
+  accepted: boolean;
+  confirmed: boolean;
+  readonly initial: KvJobInfo | undefined;
+  readonly payload: string | undefined;
+}
+
+/**
+ * Decides one batch; throws {@linkcode QueueConflictError} for a wrong `firstSeq` or an unknown
+ * MessageID.
+ *
+ * @example Store and accept in one batch
+ * ```ts
+ * import { planBatch } from "./deno_kv_plan.ts";
+ *
+ * const plan = planBatch({
+ *   currentSeq: 0,
+ *   jobs: new Map(),
+ *   firstSeq: 1,
+ *   store: [{ messageId: "a", payload: "1", parts: 0 }],
+ *   accept: ["a"],
+ *   confirm: [],
+ *   storedPayloads: new Map(),
+ * });
+ * console.assert(plan.currentSeq === 1 && plan.writes[0].kind === "create");
+ * ```
+ */
+export function planBatch(input: PlanInput): BatchPlan {
+  const drafts = new Map<string, Draft>();
+  const stored: StoreResult[] = [];
+  let created = 0;
+  for (const job of input.store) {
+    const draft = drafts.get(job.messageId);
+    const known = draft ?? input.jobs.get(job.messageId);
+    if (known) {
+      const payload = draft?.payload ?? input.storedPayloads.get(job.messageId);
+      if (payload === undefined) throw new Error(`Missing the stored payload of ${job.messageId}`);
+      stored.push({ seq: known.seq, alreadyStored: true, payload });
+      continue;
+    }
+    const seq = input.firstSeq + created;
+    created += 1;
+    drafts.set(job.messageId, {
+      seq,
+      parts: job.parts,
+      accepted: false,
+      confirmed: false,
+      initial: undefined,
+      payload: job.payload,
+    });
+    stored.push({ seq, alreadyStored: false, payload: job.payload });
+  }
+  if (created > 0 && input.firstSeq !== input.currentSeq + 1) {
+    throw new QueueConflictError(
+      `Cannot store at sequence ${input.firstSeq}: the next sequence is ${input.currentSeq + 1}`,
+    );
+  }
+  for (const id of input.accept) mark(drafts, input.jobs, id, "accepted");
+  for (const id of input.confirm) mark(drafts, input.jobs, id, "confirmed");
+  return finish(drafts, stored, input.currentSeq + created);
+}
+
+function mark(
+  drafts: Map<string, Draft>,
+  jobs: ReadonlyMap<string, KvJobInfo>,
+  messageId: string,
+  flag: "accepted" | "confirmed",
+): void {
+  let draft = drafts.get(messageId);
+  if (!draft) {
+    const info = jobs.get(messageId);
+    if (!info) {
+      const verb = flag === "accepted" ? "accept" : "confirm";
+      throw new QueueConflictError(`Cannot ${verb} ${messageId}: unknown MessageID`);
+    }
+    draft = { ...info, initial: info, payload: undefined };
+    drafts.set(messageId, draft);
+  }
+  draft[flag] = true;
+}
+
+function finish(drafts: Map<string, Draft>, stored: StoreResult[], currentSeq: number): BatchPlan {
+  const writes: PlannedWrite[] = [];
+  const updates = new Map<string, KvJobInfo | undefined>();
+  for (const [messageId, draft] of drafts) {
+    const { seq, parts, accepted, confirmed, initial } = draft;
+    const done = accepted && confirmed;
+    const flags = accepted || confirmed ? { accepted, confirmed } : undefined;
+    if (!initial) {
+      if (!done) writes.push({ kind: "create", messageId, seq, payload: draft.payload!, flags });
+    } else if (done) {
+      writes.push({ kind: "compact", seq, parts, hadFlags: initial.accepted || initial.confirmed });
+    } else if (initial.accepted !== accepted || initial.confirmed !== confirmed) {
+      writes.push({ kind: "flags", seq, flags: { accepted, confirmed } });
+    } else {
+      continue;
+    }
+    updates.set(messageId, done ? undefined : { seq, parts, accepted, confirmed });
+  }
+  return { stored, currentSeq, writes, updates };
+}

@@ -1,0 +1,410 @@
+/**
+ * A {@linkcode DurableWorkQueue} on Deno KV (a local SQLite file, Deno Deploy or a denokv
+ * server); on Node and Bun, pass an npm `@deno/kv` handle.
+ *
+ * Key layout under the prefix `P` (default `["workpull"]`; value formats in `deno_kv_codec.ts`):
+ *
+ * ```text
+ * [...P, "epoch"]         {"epoch":n}                       written only by load: the fence
+ * [...P, "meta"]          {"version":1,"currentSeq":n}      rewritten by every write
+ * [...P, "job", seq]      header line, MessageID, payload   one per retained job
+ * [...P, "flags", seq]    {"accepted":a,"confirmed":c}      absent until accepted or confirmed
+ * [...P, "part", seq, n]  payload bytes, n = 1, 2, ...      only for payloads over ~63 KiB
+ * ```
+ *
+ * How the contract is kept:
+ *
+ * - **Fencing.** Every write is one atomic commit checking the versionstamps of the epoch key
+ *   (which only `load` writes) and of the meta key (which every write rewrites). A changed epoch
+ *   means a newer `load`: {@linkcode QueueFencedError}.
+ * - **Load** reads the epoch and meta records, lists the flags, job and part keys, then commits
+ *   the next epoch under checks on both. `list()` is consistent only within one batch, but every
+ *   write rewrites the meta key, so an unchanged meta versionstamp at that commit proves nothing
+ *   changed during the listing. A failed load therefore changes nothing, malformed state
+ *   included. Only if a live writer changes the queue during three reads in a row does load fence
+ *   first (commit the next epoch) and read afterwards; in that case a load that then fails has
+ *   already fenced the previous owner.
+ * - **Writes without reads.** The handle keeps each retained job's sequence, part count and flags
+ *   in memory (built by `load`), and the meta check proves that memory still matches the store,
+ *   so a batch of new jobs, accepts and confirms is exactly one atomic commit. If the check
+ *   fails under an unchanged epoch (another handle wrote under it), the handle re-reads the queue
+ *   and retries. Only a store repeating a retained MessageID reads (that job's payload).
+ * - **Compaction.** A job both accepted and confirmed loses its job and flags keys in the same
+ *   commit; its continuation parts (keyed by a sequence that is never reused) are deleted right
+ *   after, and any a crash leaves behind are deleted by the next load.
+ * - **Errors.** Backend errors, `TypeError: database is locked` included, are rethrown unchanged
+ *   and are retriable. "Locked" means not applied; after any other failed commit, whose outcome
+ *   is unknown, the handle re-reads the queue before its next write.
+ *
+ * Calls on one handle run one at a time, in call order.
+ *
+ * @module
+ */
+
+import type {
+  DurableWorkQueue,
+  LoadResult,
+  QueueBatch,
+  QueueBatchLimits,
+  QueueBatchResult,
+  QueueCallOptions,
+  QueueEpoch,
+  StoreRequest,
+  StoreResult,
+} from "./work_queue.ts";
+import { QueueConflictError, QueueFencedError } from "./work_queue.ts";
+import { isKvLockedError, type KvKey, type KvLike, MeasuredAtomic } from "./deno_kv_port.ts";
+import { KvQueueLayout } from "./deno_kv_layout.ts";
+import { decodeEpoch, encodeEpoch, encodeFlags, encodeJob, encodeMeta } from "./deno_kv_codec.ts";
+import { type BatchPlan, type KvJobInfo, planBatch } from "./deno_kv_plan.ts";
+import { checkId, checkSeq, prepareBatch, prepareJob, type WriteInput } from "./deno_kv_input.ts";
+import {
+  checkStamps,
+  readPayloads,
+  readSnapshot,
+  readStableSnapshot,
+  type Snapshot,
+  StaleReadError,
+} from "./deno_kv_read.ts";
+
+export type {
+  KvAtomicLike,
+  KvCheckLike,
+  KvEntryLike,
+  KvKey,
+  KvKeyPart,
+  KvLike,
+} from "./deno_kv_port.ts";
+
+/** Options of {@linkcode DenoKvWorkQueue}. */
+export interface DenoKvWorkQueueOptions {
+  /**
+   * The key prefix of this queue: one prefix per flow. Nothing else may write under
+   * `[...prefix, "epoch" | "meta" | "job" | "flags" | "part"]`. At most 1,024 encoded bytes.
+   * Default `["workpull"]`.
+   */
+  readonly prefix?: KvKey;
+}
+
+/** What a handle knows under the epoch it writes with; valid while the meta key is unchanged. */
+interface View {
+  readonly epoch: number;
+  readonly epochVs: string;
+  metaVs: string | null;
+  currentSeq: number;
+  readonly jobs: Map<string, KvJobInfo>;
+  /** Continuation parts of compacted jobs, still to delete. */
+  readonly orphans: KvKey[];
+}
+
+const OPTIMISTIC_LOADS = 3;
+const ATTEMPTS = 3;
+const encoder = new TextEncoder();
+const noop = () => {};
+
+/**
+ * The Deno KV work queue. Its limits keep every commit inside one Deno KV atomic operation:
+ * {@linkcode DenoKvWorkQueue.maxPayloadBytes} 640 KiB, {@linkcode DenoKvWorkQueue.maxMessageIdBytes}
+ * 1 KiB, {@linkcode DenoKvWorkQueue.batchLimits} 494 operations and 641 KiB with the default
+ * prefix. The KV handle stays the caller's to close.
+ *
+ * @example Store, accept and reload on an in-memory KV
+ * ```ts
+ * import { DenoKvWorkQueue } from "./deno_kv_queue.ts";
+ *
+ * const kv = await Deno.openKv(":memory:");
+ * const queue = new DenoKvWorkQueue(kv, { prefix: ["jobs"] });
+ * const { epoch } = await queue.load();
+ * await queue.commit(epoch, {
+ *   store: { firstSeq: 1, jobs: [{ messageId: "a", payload: '"hello"' }] },
+ *   accept: ["a"],
+ * });
+ * const { state } = await queue.load();
+ * console.assert(state.unconfirmed[0].payload === '"hello"');
+ * kv.close();
+ * ```
+ */
+export class DenoKvWorkQueue implements DurableWorkQueue {
+  /** The size of one {@linkcode DenoKvWorkQueue.commit}, derived from the prefix. */
+  readonly batchLimits: QueueBatchLimits;
+  /** The largest payload: 655,360 UTF-8 bytes (640 KiB). */
+  readonly maxPayloadBytes: number;
+  /** The largest MessageID: 1,024 UTF-8 bytes. */
+  readonly maxMessageIdBytes: number;
+  readonly #kv: KvLike;
+  readonly #layout: KvQueueLayout;
+  #view: View | undefined;
+  #tail: Promise<unknown> = Promise.resolve();
+
+  /** Wraps a KV handle; throws TypeError or RangeError naming a bad option. */
+  constructor(kv: KvLike, options: DenoKvWorkQueueOptions = {}) {
+    if (
+      typeof kv !== "object" || kv === null || typeof kv.getMany !== "function" ||
+      typeof kv.list !== "function" || typeof kv.atomic !== "function"
+    ) {
+      throw new TypeError("Cannot create the queue: kv must be a Deno.Kv (getMany, list, atomic)");
+    }
+    if (typeof options !== "object" || options === null) {
+      throw new TypeError("Cannot create the queue: options must be an object");
+    }
+    this.#kv = kv;
+    this.#layout = new KvQueueLayout(options.prefix ?? ["workpull"]);
+    this.batchLimits = this.#layout.batchLimits;
+    this.maxPayloadBytes = this.#layout.maxPayloadBytes;
+    this.maxMessageIdBytes = this.#layout.maxMessageIdBytes;
+  }
+
+  /** Snapshot the state and acquire writership under a new, greater epoch. */
+  async load(options?: QueueCallOptions): Promise<LoadResult> {
+    const signal = options?.signal;
+    signal?.throwIfAborted();
+    return await this.#serial(signal, () => this.#load(signal));
+  }
+
+  /** Store one job; the first write for a MessageID wins. */
+  async store(
+    epoch: QueueEpoch,
+    request: StoreRequest,
+    options?: QueueCallOptions,
+  ): Promise<StoreResult> {
+    const signal = options?.signal;
+    signal?.throwIfAborted();
+    const job = prepareJob(request.messageId, request.payload, this.#layout);
+    const firstSeq = checkSeq(request.proposedSeq, "proposedSeq");
+    const input = { firstSeq, store: [job], accept: [], confirm: [] };
+    const { stored } = await this.#serial(signal, () => this.#write(epoch, input, signal));
+    return stored[0];
+  }
+
+  /** Record that the producer removed the job from its recoverable source. */
+  async accept(epoch: QueueEpoch, messageId: string, options?: QueueCallOptions): Promise<void> {
+    const signal = options?.signal;
+    signal?.throwIfAborted();
+    const input = { firstSeq: 0, store: [], accept: [checkId(messageId)], confirm: [] };
+    await this.#serial(signal, () => this.#write(epoch, input, signal));
+  }
+
+  /** Mark one job complete; a job both accepted and confirmed is compacted. */
+  async confirmMessage(
+    epoch: QueueEpoch,
+    messageId: string,
+    options?: QueueCallOptions,
+  ): Promise<void> {
+    const signal = options?.signal;
+    signal?.throwIfAborted();
+    const input = { firstSeq: 0, store: [], accept: [], confirm: [checkId(messageId)] };
+    await this.#serial(signal, () => this.#write(epoch, input, signal));
+  }
+
+  /**
+   * Apply stores, accepts and confirms in one atomic commit. Throws RangeError, applying
+   * nothing, when the batch exceeds {@linkcode DenoKvWorkQueue.batchLimits}.
+   */
+  async commit(
+    epoch: QueueEpoch,
+    batch: QueueBatch,
+    options?: QueueCallOptions,
+  ): Promise<QueueBatchResult> {
+    const signal = options?.signal;
+    signal?.throwIfAborted();
+    const input = prepareBatch(batch, this.#layout);
+    return await this.#serial(signal, () => this.#write(epoch, input, signal));
+  }
+
+  /** Runs calls one at a time in call order; a call aborted while waiting never runs. */
+  #serial<T>(signal: AbortSignal | undefined, task: () => Promise<T>): Promise<T> {
+    const run = this.#tail.then(() => {
+      signal?.throwIfAborted();
+      return task();
+    });
+    this.#tail = run.then(noop, noop);
+    return run;
+  }
+
+  async #load(signal: AbortSignal | undefined): Promise<LoadResult> {
+    const { epochKey, metaKey } = this.#layout;
+    for (let attempt = 1; attempt <= OPTIMISTIC_LOADS; attempt++) {
+      const snapshot = await readSnapshot(this.#kv, this.#layout, { payloads: true });
+      if (!snapshot) continue;
+      signal?.throwIfAborted();
+      const epoch = snapshot.epoch + 1;
+      const result = await this.#kv.atomic()
+        .check({ key: epochKey, versionstamp: snapshot.epochVs })
+        .check({ key: metaKey, versionstamp: snapshot.metaVs })
+        .set(epochKey, encodeEpoch(epoch))
+        .commit();
+      if (result.ok) return await this.#adopt(snapshot, epoch, result.versionstamp);
+    }
+    // A live writer kept changing the queue: fence it first, then read under the new epoch.
+    signal?.throwIfAborted();
+    const { epoch, versionstamp } = await this.#bumpEpoch();
+    const snapshot = await readStableSnapshot(this.#kv, this.#layout, { payloads: true, epoch });
+    return await this.#adopt(snapshot, epoch, versionstamp);
+  }
+
+  async #bumpEpoch(): Promise<{ epoch: number; versionstamp: string }> {
+    const key = this.#layout.epochKey;
+    for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
+      const [entry] = await this.#kv.getMany([key]);
+      const epoch = (entry.versionstamp === null ? 0 : decodeEpoch(entry.value)) + 1;
+      const result = await this.#kv.atomic()
+        .check({ key, versionstamp: entry.versionstamp })
+        .set(key, encodeEpoch(epoch))
+        .commit();
+      if (result.ok) return { epoch, versionstamp: result.versionstamp };
+    }
+    throw new Error(`Cannot load the queue: other loads won the epoch ${ATTEMPTS} times in a row`);
+  }
+
+  async #adopt(snapshot: Snapshot, epoch: number, epochVs: string): Promise<LoadResult> {
+    const { currentSeq, jobs, orphans, metaVs } = snapshot;
+    const view: View = { epoch, epochVs, metaVs, currentSeq, jobs, orphans };
+    this.#view = view;
+    await this.#collectGarbage(view);
+    return { epoch, state: { currentSeq, unconfirmed: snapshot.unconfirmed } };
+  }
+
+  async #write(
+    epoch: QueueEpoch,
+    input: WriteInput,
+    signal: AbortSignal | undefined,
+  ): Promise<QueueBatchResult> {
+    if (!Number.isSafeInteger(epoch) || epoch <= 0) {
+      throw new QueueFencedError(`Cannot write: epoch ${epoch} is not a writer epoch`);
+    }
+    for (let attempt = 1;; attempt++) {
+      const view = await this.#viewFor(epoch);
+      try {
+        return await this.#writeOnce(view, input, signal);
+      } catch (error) {
+        if (!(error instanceof StaleReadError)) throw error;
+        this.#view = undefined;
+        if (attempt === ATTEMPTS) {
+          await this.#viewFor(epoch); // throws QueueFencedError when that is the reason
+          throw new Error(
+            `Cannot write: the queue changed under epoch ${epoch} during ${attempt} attempts`,
+          );
+        }
+      }
+    }
+  }
+
+  /** The view for `epoch`, re-read from the store when this handle has none for it. */
+  async #viewFor(epoch: number): Promise<View> {
+    const view = this.#view;
+    if (view?.epoch === epoch) return view;
+    if (view !== undefined && epoch < view.epoch) {
+      throw new QueueFencedError(`Cannot write: epoch ${epoch} is fenced (current ${view.epoch})`);
+    }
+    const snapshot = await readStableSnapshot(this.#kv, this.#layout, { payloads: false, epoch });
+    const { currentSeq, jobs, metaVs } = snapshot;
+    const synced = { epoch, epochVs: snapshot.epochVs!, metaVs, currentSeq, jobs, orphans: [] };
+    this.#view = synced;
+    return synced;
+  }
+
+  async #writeOnce(
+    view: View,
+    input: WriteInput,
+    signal: AbortSignal | undefined,
+  ): Promise<QueueBatchResult> {
+    const repeated = [...new Set(input.store.map((job) => job.messageId))]
+      .filter((id) => view.jobs.has(id))
+      .map((id) => [id, view.jobs.get(id)!.seq] as const);
+    const storedPayloads = await readPayloads(this.#kv, this.#layout, view, repeated);
+    let plan;
+    try {
+      plan = planBatch({ ...input, currentSeq: view.currentSeq, jobs: view.jobs, storedPayloads });
+    } catch (error) {
+      // Decide a conflict only on a fresh view, so that fencing is reported first.
+      if (error instanceof QueueConflictError && repeated.length === 0) await this.#verify(view);
+      throw error;
+    }
+    if (plan.writes.length === 0 && plan.currentSeq === view.currentSeq) {
+      if (repeated.length === 0) await this.#verify(view); // the read is the linearization point
+      return { stored: plan.stored };
+    }
+    signal?.throwIfAborted();
+    const { atomic, orphans } = this.#encode(view, plan);
+    view.metaVs = await this.#commit(atomic);
+    view.currentSeq = plan.currentSeq;
+    for (const [id, info] of plan.updates) {
+      if (info) view.jobs.set(id, info);
+      else view.jobs.delete(id);
+    }
+    view.orphans.push(...orphans);
+    await this.#collectGarbage(view);
+    return { stored: plan.stored };
+  }
+
+  /** Turns a plan into one atomic commit fenced on the view's epoch and meta versionstamps. */
+  #encode(view: View, plan: BatchPlan): { atomic: MeasuredAtomic; orphans: KvKey[] } {
+    const layout = this.#layout;
+    const sizes = layout.keySizes;
+    const atomic = new MeasuredAtomic(this.#kv.atomic())
+      .check(layout.epochKey, sizes.epoch, view.epochVs)
+      .check(layout.metaKey, sizes.meta, view.metaVs);
+    const orphans: KvKey[] = [];
+    for (const write of plan.writes) {
+      if (write.kind === "create") {
+        const job = encodeJob(encoder.encode(write.messageId), encoder.encode(write.payload));
+        atomic.set(layout.jobKey(write.seq), sizes.job, job.record);
+        job.parts.forEach((part, i) =>
+          atomic.set(layout.partKey(write.seq, i + 1), sizes.part, part)
+        );
+        if (write.flags) {
+          atomic.set(layout.flagsKey(write.seq), sizes.flags, encodeFlags(write.flags));
+        }
+      } else if (write.kind === "flags") {
+        atomic.set(layout.flagsKey(write.seq), sizes.flags, encodeFlags(write.flags));
+      } else {
+        atomic.delete(layout.jobKey(write.seq), sizes.job);
+        if (write.hadFlags) atomic.delete(layout.flagsKey(write.seq), sizes.flags);
+        for (let n = 1; n <= write.parts; n++) orphans.push(layout.partKey(write.seq, n));
+      }
+    }
+    atomic.set(layout.metaKey, sizes.meta, encodeMeta(plan.currentSeq));
+    return { atomic, orphans };
+  }
+
+  /** Commits; a failed check means a stale view or fencing, which the caller sorts out. */
+  async #commit(atomic: MeasuredAtomic): Promise<string> {
+    atomic.assertFits();
+    let result;
+    try {
+      result = await atomic.commit();
+    } catch (error) {
+      // "database is locked" means not applied; any other failure may have been applied.
+      if (!isKvLockedError(error)) this.#view = undefined;
+      throw error;
+    }
+    if (!result.ok) throw new StaleReadError("a check failed");
+    return result.versionstamp;
+  }
+
+  /** Throws StaleReadError unless the epoch and meta keys still match the view. */
+  async #verify(view: View): Promise<void> {
+    const { epochKey, metaKey } = this.#layout;
+    const [epoch, meta] = await this.#kv.getMany([epochKey, metaKey]);
+    checkStamps(view, epoch, meta);
+  }
+
+  /** Deletes one commit's worth of orphaned parts; on failure they wait for later or for load. */
+  async #collectGarbage(view: View): Promise<void> {
+    if (view.orphans.length === 0 || this.#view !== view) return;
+    const { epochKey, keySizes, partsPerCollection } = this.#layout;
+    const keys = view.orphans.splice(0, partsPerCollection);
+    const atomic = new MeasuredAtomic(this.#kv.atomic()).check(
+      epochKey,
+      keySizes.epoch,
+      view.epochVs,
+    );
+    for (const key of keys) atomic.delete(key, keySizes.part);
+    try {
+      const result = await atomic.commit();
+      if (!result.ok) view.orphans.length = 0; // fenced: the next load finds them
+    } catch {
+      view.orphans.unshift(...keys);
+    }
+  }
+}

@@ -122,6 +122,16 @@ describe("registration", () => {
   });
 });
 
+describe("closed controller", () => {
+  test("a link attached after close is closed at once with 1001", async () => {
+    const { controller } = setup();
+    await controller.start();
+    await controller.close();
+    const late = new ScriptedWorker(controller, "late");
+    assert.equal(late.closedWith?.code, 1001);
+  });
+});
+
 describe("violations end only the offending binding", () => {
   test("an illegal demand range ends that binding and requeues its jobs; others carry on", async () => {
     const { producer, controller, unbound } = setup();
@@ -190,6 +200,12 @@ describe("violations end only the offending binding", () => {
     const w3 = new ScriptedWorker(controller, "c");
     w3.sendRaw("x".repeat(70_000));
     assert.equal(w3.closedWith?.code, 1009);
+    const w4 = new ScriptedWorker(controller, "d");
+    w4.register();
+    w4.refuse(); // the edge refused an oversized frame before decoding it
+    assert.deepEqual(rejected.slice(-1), ["too-large"]);
+    assert.deepEqual(unbound.slice(-1), ["d:malformed-frame"]);
+    assert.equal(w4.closedWith?.code, 1009);
     assert.equal(controller.state, "running");
     await controller.close();
   });

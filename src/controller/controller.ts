@@ -34,7 +34,12 @@ import type { TimerHandle } from "../core/clock.ts";
 import { Deque } from "../core/deque.ts";
 import { RecentMap } from "../core/recent_map.ts";
 import { SafeEventTarget } from "../core/safe_event_target.ts";
-import { decodeWorkerFrame, encodeFrame, encodeJobsFrame } from "../protocol/codec.ts";
+import {
+  type DecodeFailure,
+  decodeWorkerFrame,
+  encodeFrame,
+  encodeJobsFrame,
+} from "../protocol/codec.ts";
 import {
   type AckFrame,
   MAX_SEQ,
@@ -334,6 +339,10 @@ export class WorkPullingController extends SafeEventTarget {
    * name is refused).
    */
   attach(link: Link, identity: LinkIdentity = {}): LinkReceiver {
+    if (this.#state === "closed") {
+      link.close(CloseCode.goingAway, "controller closed");
+      return { receive() {}, closed() {} };
+    }
     const connection: Connection = {
       link,
       identity,
@@ -345,6 +354,8 @@ export class WorkPullingController extends SafeEventTarget {
     return {
       receive: (frame) => this.#post(() => this.#onFrame(connection, frame)),
       closed: (code) => this.#post(() => this.#onLinkClosed(connection, reasonForClose(code))),
+      refuse: (reason, detail) =>
+        this.#post(() => this.#refuse(connection, { ok: false, reason, detail })),
     };
   }
 
@@ -546,19 +557,22 @@ export class WorkPullingController extends SafeEventTarget {
   #onFrame(connection: Connection, data: unknown): void {
     if (connection.closed || (this.#state !== "running" && this.#state !== "loading")) return;
     const decoded = decodeWorkerFrame(data, this.#options.maxWorkerFrame);
-    if (!decoded.ok) {
-      this.dispatchEvent(
-        new FrameRejectedEvent(this.#workerOf(connection), decoded.reason, decoded.detail),
-      );
-      const code = decoded.reason === "too-large" ? CloseCode.tooLarge : CloseCode.invalidFrame;
-      this.#closeConnection(connection, code, decoded.reason, "malformed-frame");
-      return;
-    }
+    if (!decoded.ok) return this.#refuse(connection, decoded);
     connection.lastHeard = this.#options.clock.now();
     const frame: WorkerFrame = decoded.frame;
     if (frame.type === "register") this.#onRegister(connection, frame);
     else if (frame.type === "request") this.#onRequest(connection, frame);
     else this.#onAck(connection, frame);
+  }
+
+  /** A frame that cannot be used: say why, end the binding and close the link. */
+  #refuse(connection: Connection, failure: DecodeFailure): void {
+    if (connection.closed) return;
+    this.dispatchEvent(
+      new FrameRejectedEvent(this.#workerOf(connection), failure.reason, failure.detail),
+    );
+    const code = failure.reason === "too-large" ? CloseCode.tooLarge : CloseCode.invalidFrame;
+    this.#closeConnection(connection, code, failure.reason, "malformed-frame");
   }
 
   #workerOf(connection: Connection): string | undefined {

@@ -23,6 +23,12 @@ export interface LinkReceiver {
   receive(frame: unknown): void;
   /** The link closed (by either side). Called at most once; never throws. */
   closed(code: number, reason: string): void;
+  /**
+   * Optional: the transport refused a frame before passing it on (for example one over its
+   * byte limit). The receiver treats it like an undecodable frame: it reports why and ends the
+   * link. Never throws.
+   */
+  refuse?(reason: "too-large" | "not-text", detail: string): void;
 }
 
 /** Close codes used by workpull (WebSocket close codes; the 4000 range is ours). */

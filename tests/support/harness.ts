@@ -58,6 +58,11 @@ export class ScriptedWorker {
     this.#receiver.receive(frame);
   }
 
+  /** The transport refused a frame before passing it on. */
+  refuse(detail = "frame exceeds 65536 bytes"): void {
+    this.#receiver.refuse?.("too-large", detail);
+  }
+
   send(frame: WorkerFrame): void {
     this.#receiver.receive(JSON.stringify(frame));
   }

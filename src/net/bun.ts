@@ -1,0 +1,134 @@
+/**
+ * Serving the workpull app on Bun. The only module that imports `hono/bun` (deprecated for
+ * Hono v5, whose replacement is not on npm yet): swapping it is a change here only.
+ *
+ * @module
+ */
+
+import { type Context, Hono } from "hono";
+import type { WSEvents } from "hono/ws";
+import { upgradeWebSocket, websocket } from "hono/bun";
+import { buildWorkpullHono, DEFAULT_MAX_FRAME_BYTES, type WebSocketUpgrader } from "./app.ts";
+import {
+  idleSeconds,
+  listenOptions,
+  type ServeOptions,
+  serverUrls,
+  type WorkpullServer,
+} from "./serve.ts";
+
+/** The part of Bun's global this module uses (no dependency on Bun's type package). */
+interface BunRuntime {
+  serve(options: {
+    port: number;
+    hostname: string;
+    fetch: (request: Request, server: unknown) => Response | Promise<Response>;
+    websocket: BunWebSocketHandler;
+  }): { readonly port?: number; stop(closeActiveConnections?: boolean): Promise<void> | void };
+}
+
+/** Options of {@linkcode bunWebSocket}. */
+export interface BunWebSocketOptions {
+  /** Ping a quiet WebSocket after this long and close it if it stays silent, ms. Default 30,000. */
+  readonly idleTimeout?: number;
+  /**
+   * Frames larger than this are cut by Bun itself (close 1009) before the app sees them, bytes.
+   * Keep it above the app's `maxFrameBytes` so the app can report oversized frames. Default 1 MiB.
+   */
+  readonly maxPayloadLength?: number;
+}
+
+/** The `websocket` option of `Bun.serve`: Hono's handlers plus Bun's settings. */
+export interface BunWebSocketHandler {
+  /** Bun calls it when a socket opened. */
+  open(ws: never): void;
+  /** Bun calls it for every message. */
+  message(ws: never, message: never): void;
+  /** Bun calls it when a socket closed. */
+  close(ws: never, code?: number, reason?: string): void;
+  /** Seconds of silence before Bun pings and then closes. */
+  idleTimeout: number;
+  /** Largest frame in bytes; larger ones close the socket (1009). */
+  maxPayloadLength: number;
+  /** Whether Bun pings quiet sockets. */
+  sendPings: boolean;
+}
+
+/**
+ * Bun's WebSocket upgrade for `createWorkpullApp`. Bun also needs {@linkcode bunWebSocket} in
+ * `Bun.serve`.
+ *
+ * @example Mount into an existing app on Bun
+ * ```ts ignore
+ * import { Hono } from "hono";
+ * import { mountWorkpull } from "./app.ts";
+ * import { bunUpgrader, bunWebSocket } from "./bun.ts";
+ *
+ * const app = new Hono();
+ * mountWorkpull(app, "/workpull", { controller, upgradeWebSocket: bunUpgrader(), auth: { secret } });
+ * Bun.serve({ fetch: app.fetch, websocket: bunWebSocket({ idleTimeout: 20_000 }) });
+ * ```
+ */
+export function bunUpgrader(): WebSocketUpgrader {
+  return (createEvents: (c: Context) => WSEvents | Promise<WSEvents>) =>
+    upgradeWebSocket(createEvents);
+}
+
+/**
+ * The `websocket` handler object for `Bun.serve`, with an idle timeout (Bun pings quiet
+ * sockets and closes unresponsive ones) and a frame size ceiling.
+ *
+ * @example
+ * ```ts ignore
+ * Bun.serve({ fetch: app.fetch, websocket: bunWebSocket({ idleTimeout: 20_000 }) });
+ * ```
+ */
+export function bunWebSocket(options: BunWebSocketOptions = {}): BunWebSocketHandler {
+  return {
+    ...websocket,
+    idleTimeout: idleSeconds("bunWebSocket", options.idleTimeout),
+    maxPayloadLength: options.maxPayloadLength ?? 1024 * 1024,
+    sendPings: true,
+  };
+}
+
+/**
+ * Serve a controller on Bun: `GET /workers` (WebSocket), `POST /jobs` (with `producer`) and
+ * `GET /stats` under `basePath`, on 127.0.0.1 by default.
+ *
+ * @example Serve on a free port and shut down
+ * ```ts ignore
+ * import { BufferedProducer, WorkPullingController } from "../../mod.ts";
+ * import { serveBun } from "./bun.ts";
+ *
+ * const producer = new BufferedProducer();
+ * const controller = new WorkPullingController({ name: "jobs", producer });
+ * await controller.start();
+ * const server = serveBun({ controller, producer, auth: { secret: "a-secret-of-at-least-32-bytes-length!" } });
+ * console.log("workers connect to", server.workersUrl.href);
+ * await server.close();
+ * await controller.close();
+ * ```
+ */
+export function serveBun(options: ServeOptions): WorkpullServer {
+  const listen = listenOptions("serveBun", options);
+  const app = buildWorkpullHono({ ...options, upgradeWebSocket: bunUpgrader() });
+  const root = listen.basePath ? new Hono().route(listen.basePath, app) : app;
+  const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
+  const bun = (globalThis as unknown as { Bun?: BunRuntime }).Bun;
+  if (!bun) throw new Error("Cannot serve with serveBun: this runtime is not Bun");
+  const server = bun.serve({
+    port: listen.port,
+    hostname: listen.hostname,
+    fetch: root.fetch,
+    websocket: bunWebSocket({
+      idleTimeout: listen.idleTimeoutSeconds * 1000,
+      maxPayloadLength: Math.max(4 * maxFrameBytes, 1024 * 1024),
+    }),
+  });
+  const port = server.port ?? listen.port;
+  const { url, workersUrl } = serverUrls(listen.hostname, port, listen.basePath);
+  let closing: Promise<void> | undefined;
+  const close = () => closing ??= Promise.resolve(server.stop(true)).then(() => {});
+  return { app, url, workersUrl, port, close, [Symbol.asyncDispose]: close };
+}

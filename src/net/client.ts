@@ -1,0 +1,463 @@
+/**
+ * The worker client: worker endpoints connected to a workpull server over the standard
+ * `WebSocket`, the same code on Deno, Bun and in browsers (it imports no runtime module and no
+ * server code).
+ *
+ * How it behaves:
+ * - One socket per endpoint. A process hosting several endpoints (`concurrency > 1`) names them
+ *   `name#1`, `name#2`…; one worker token for `name` admits them all. Each is its own binding
+ *   with its own window, so a slow job holds up only its endpoint.
+ * - The token travels as the second `Sec-WebSocket-Protocol` entry after `workpull.v1` (or in the
+ *   `token` query parameter with `tokenIn: "query"`); a token function is called before every
+ *   connect, so an expiring token can be refreshed.
+ * - When a socket closes, or the endpoint hears nothing from the controller for
+ *   `silenceIntervals` resend intervals (a half-open socket), the client reconnects with
+ *   jittered exponential backoff. The endpoint object, and so its incarnation and sub-flow, is
+ *   the same across reconnects: within the controller's reconnect grace the binding resumes and
+ *   nothing is delivered twice.
+ *
+ * @module
+ */
+
+import { durationOption, integerOption, optionsObject } from "../core/options.ts";
+import { SafeEventTarget } from "../core/safe_event_target.ts";
+import { SUBPROTOCOL } from "../protocol/schemas.ts";
+import { CloseCode, type Link, type LinkReceiver } from "../transport/link.ts";
+import { type Delivery, WorkerEndpoint } from "../worker/worker_endpoint.ts";
+import { type Backoff, backoffDelay, type BackoffOptions, resolveBackoff } from "./backoff.ts";
+import { closeReason, guard as guardAs } from "./safety.ts";
+
+/** A `WebSocket` constructor (the global one by default). */
+export type WebSocketConstructor = new (url: string, protocols?: string | string[]) => WebSocket;
+
+/** Options of {@linkcode connectWorker}. */
+export interface ConnectWorkerOptions<T> {
+  /** The server's workers route, for example `wss://jobs.example.com/workers` (http(s) works too). */
+  readonly url: string | URL;
+  /** A worker token for `name`, or a function returning one (called before every connect). */
+  readonly token?: string | (() => string | Promise<string>);
+  /** Where the token travels: the subprotocol list (default) or the `token` query parameter. */
+  readonly tokenIn?: "protocol" | "query";
+  /** The producer (flow) name to serve. */
+  readonly producer: string;
+  /** The worker name the token names; endpoints are `name` or `name#1..#N`. */
+  readonly name: string;
+  /** Processes one job; the job is confirmed when the returned promise resolves. */
+  readonly handler: (delivery: Delivery<T>) => unknown;
+  /** Endpoints in this process, each its own socket and binding. Default 1 (1..1,000). */
+  readonly concurrency?: number;
+  /** Jobs granted per request and buffered at most, per endpoint. Default 50 (1..10,000). */
+  readonly window?: number;
+  /** Heartbeat, re-registration and resend cadence, ms. Default 2000. */
+  readonly resendInterval?: number;
+  /** Reconnect after this many resend intervals without controller traffic. Default 3 (2..1000). */
+  readonly silenceIntervals?: number;
+  /** The incarnation id of every endpoint of this start. Default: a random UUID per endpoint. */
+  readonly incarnation?: string;
+  /** Give up on a connection attempt after this long, ms. Default 10,000. */
+  readonly connectTimeout?: number;
+  /** Reconnect delays. Default: 250 ms doubling to 30 s, half of each delay random. */
+  readonly backoff?: BackoffOptions;
+  /** The `WebSocket` constructor. Default: `globalThis.WebSocket`. */
+  readonly WebSocket?: WebSocketConstructor;
+}
+
+/**
+ * An endpoint's socket opened; the endpoint registers on it at once.
+ *
+ * @example
+ * ```ts
+ * import { ConnectedEvent } from "./client.ts";
+ * console.assert(new ConnectedEvent("w#1").endpoint === "w#1");
+ * ```
+ */
+export class ConnectedEvent extends Event {
+  /** Creates the event. */
+  constructor(
+    /** The endpoint name. */
+    readonly endpoint: string,
+  ) {
+    super("connected");
+  }
+}
+
+/**
+ * An endpoint's socket closed or could not open; a reconnect follows after `retryIn` ms
+ * (unless the connection is being closed).
+ *
+ * @example
+ * ```ts
+ * import { DisconnectedEvent } from "./client.ts";
+ * const event = new DisconnectedEvent("w", 1006, "", 250);
+ * console.assert(event.retryIn === 250);
+ * ```
+ */
+export class DisconnectedEvent extends Event {
+  /** Creates the event. */
+  constructor(
+    /** The endpoint name. */
+    readonly endpoint: string,
+    /** The WebSocket close code (1006 when the connection failed or dropped). */
+    readonly code: number,
+    /** The close reason, or why the attempt failed. */
+    readonly reason: string,
+    /** Milliseconds until the next attempt; undefined when not reconnecting. */
+    readonly retryIn: number | undefined,
+  ) {
+    super("disconnected");
+  }
+}
+
+/** The events of a {@linkcode WorkerConnection}. */
+export interface WorkerConnectionEventMap {
+  /** An endpoint's socket opened. */
+  connected: ConnectedEvent;
+  /** An endpoint's socket closed or failed to open. */
+  disconnected: DisconnectedEvent;
+}
+
+interface Settings {
+  readonly url: URL;
+  readonly token: (() => string | Promise<string>) | undefined;
+  readonly tokenIn: "protocol" | "query";
+  readonly connectTimeout: number;
+  readonly backoff: Backoff;
+  readonly WebSocket: WebSocketConstructor;
+}
+
+const OWNER = "connectWorker";
+/** RFC 7230 token characters: what a subprotocol entry may contain. */
+const SUBPROTOCOL_TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** How long an ack may wait for a request that supersedes it, ms. */
+const ACK_HOLD = 2;
+const CONNECTING = 0;
+const OPEN = 1;
+
+/**
+ * A worker process's connection to a workpull server: its endpoints and their sockets.
+ * Created by {@linkcode connectWorker}.
+ */
+export class WorkerConnection<T = unknown> extends SafeEventTarget {
+  /** The endpoints, one per unit of concurrency. */
+  readonly endpoints: readonly WorkerEndpoint<T>[];
+  readonly #sockets: EndpointSocket[];
+
+  /** Use {@linkcode connectWorker}. */
+  constructor(endpoints: readonly WorkerEndpoint<T>[], settings: Settings) {
+    super();
+    this.endpoints = endpoints;
+    this.#sockets = endpoints.map((endpoint) =>
+      new EndpointSocket(endpoint, settings, (event) => this.dispatchEvent(event))
+    );
+    for (const socket of this.#sockets) socket.connect();
+  }
+
+  /** How many endpoints have an open socket. */
+  get connected(): number {
+    return this.#sockets.filter((socket) => socket.open).length;
+  }
+
+  /** Jobs completed by all endpoints. */
+  get processed(): number {
+    return this.endpoints.reduce((sum, endpoint) => sum + endpoint.processed, 0);
+  }
+
+  /**
+   * Stop reconnecting, close every endpoint (the controller requeues what they have not
+   * confirmed) and resolve when running handlers settled and the sockets closed.
+   */
+  async close(): Promise<void> {
+    await Promise.all(this.#sockets.map((socket) => socket.close()));
+  }
+
+  /** Same as {@linkcode WorkerConnection.close}. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+}
+
+/** Typed event listeners. */
+export interface WorkerConnection<T> {
+  /** Listen for a typed connection event. */
+  addEventListener<K extends keyof WorkerConnectionEventMap>(
+    type: K,
+    listener: (event: WorkerConnectionEventMap[K]) => void,
+    options?: boolean | AddEventListenerOptions,
+  ): void;
+  /** Listen for any event. */
+  addEventListener(
+    type: string,
+    listener: EventListenerOrEventListenerObject | null,
+    options?: boolean | AddEventListenerOptions,
+  ): void;
+  /** Stop listening for a typed connection event. */
+  removeEventListener<K extends keyof WorkerConnectionEventMap>(
+    type: K,
+    listener: (event: WorkerConnectionEventMap[K]) => void,
+    options?: boolean | EventListenerOptions,
+  ): void;
+  /** Stop listening. */
+  removeEventListener(
+    type: string,
+    listener: EventListenerOrEventListenerObject | null,
+    options?: boolean | EventListenerOptions,
+  ): void;
+}
+
+/**
+ * Connect worker endpoints to a workpull server and keep them connected.
+ *
+ * @example A worker process with four endpoints
+ * ```ts ignore
+ * import { connectWorker } from "./client.ts";
+ *
+ * const worker = connectWorker<{ to: string }>({
+ *   url: "wss://jobs.example.com/workers",
+ *   token: () => fetch("/worker-token").then((r) => r.text()),
+ *   producer: "emails",
+ *   name: "mailer",
+ *   concurrency: 4,
+ *   handler: async ({ payload, messageId }) => {
+ *     await sendMail(payload.to, { idempotencyKey: messageId });
+ *   },
+ * });
+ * worker.addEventListener("disconnected", (e) => console.warn(e.endpoint, e.code, e.retryIn));
+ * // later
+ * await worker.close();
+ * ```
+ */
+export function connectWorker<T = unknown>(options: ConnectWorkerOptions<T>): WorkerConnection<T> {
+  optionsObject(OWNER, options);
+  const url = new URL(options.url);
+  if (url.protocol === "http:") url.protocol = "ws:";
+  else if (url.protocol === "https:") url.protocol = "wss:";
+  if (url.protocol !== "ws:" && url.protocol !== "wss:") {
+    throw new TypeError(`Cannot create ${OWNER}: option "url" must be a ws(s) or http(s) URL`);
+  }
+  const token = options.token;
+  if (token !== undefined && typeof token !== "string" && typeof token !== "function") {
+    throw new TypeError(`Cannot create ${OWNER}: option "token" must be a string or a function`);
+  }
+  const tokenIn = options.tokenIn ?? "protocol";
+  if (tokenIn !== "protocol" && tokenIn !== "query") {
+    throw new TypeError(`Cannot create ${OWNER}: option "tokenIn" must be "protocol" or "query"`);
+  }
+  const WebSocketCtor = options.WebSocket ?? globalThis.WebSocket;
+  if (typeof WebSocketCtor !== "function") {
+    throw new TypeError(`Cannot create ${OWNER}: no WebSocket constructor is available`);
+  }
+  const concurrency = integerOption(OWNER, "concurrency", options.concurrency, 1, 1, 1000);
+  const settings: Settings = {
+    url,
+    token: typeof token === "string" ? () => token : token,
+    tokenIn,
+    connectTimeout: durationOption(
+      OWNER,
+      "connectTimeout",
+      options.connectTimeout,
+      10_000,
+      1,
+      3_600_000,
+    ),
+    backoff: resolveBackoff(OWNER, options.backoff),
+    WebSocket: WebSocketCtor,
+  };
+  const endpoints = Array.from({ length: concurrency }, (_, i) =>
+    new WorkerEndpoint<T>({
+      producer: options.producer,
+      name: concurrency === 1 ? options.name : `${options.name}#${i + 1}`,
+      handler: options.handler,
+      window: options.window,
+      resendInterval: options.resendInterval,
+      silenceIntervals: options.silenceIntervals ?? 3,
+      incarnation: options.incarnation,
+    }));
+  return new WorkerConnection(endpoints, settings);
+}
+
+/** What the reconnect loop needs of an endpoint. */
+type SocketEndpoint = Pick<WorkerEndpoint<unknown>, "attach" | "close" | "closed" | "name">;
+
+/** One endpoint's socket and its reconnect loop. */
+class EndpointSocket {
+  readonly #endpoint: SocketEndpoint;
+  readonly #settings: Settings;
+  readonly #emit: (event: Event) => void;
+  #socket: WebSocket | undefined;
+  /** Ends the current socket's life (idempotent): called at its close or when it is given up. */
+  #release: ((code: number, reason: string) => void) | undefined;
+  #socketClosed: Promise<void> = Promise.resolve();
+  #attempt = 0;
+  #retry: ReturnType<typeof setTimeout> | undefined;
+  #stopped = false;
+
+  constructor(
+    endpoint: SocketEndpoint,
+    settings: Settings,
+    emit: (event: Event) => void,
+  ) {
+    this.#endpoint = endpoint;
+    this.#settings = settings;
+    this.#emit = emit;
+  }
+
+  get open(): boolean {
+    return this.#socket?.readyState === OPEN;
+  }
+
+  async connect(): Promise<void> {
+    this.#retry = undefined;
+    if (this.#stopped) return;
+    let url: string;
+    let protocols: string[];
+    try {
+      const token = await this.#settings.token?.();
+      if (this.#stopped) return;
+      ({ url, protocols } = this.#target(token));
+    } catch (error) {
+      return this.#scheduleRetry(1006, `cannot get a token: ${String(error)}`);
+    }
+    let socket: WebSocket;
+    try {
+      socket = new this.#settings.WebSocket(url, protocols);
+    } catch (error) {
+      return this.#scheduleRetry(1006, String(error));
+    }
+    this.#watch(socket);
+  }
+
+  /** Stop for good; resolves when the handler settled and the socket closed (bounded). */
+  async close(): Promise<void> {
+    this.#stopped = true;
+    clearTimeout(this.#retry);
+    const socket = this.#socket;
+    if (socket?.readyState === CONNECTING) this.#release?.(1000, "worker closed");
+    await this.#endpoint.close(); // closes the link, and so the socket
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([
+      this.#socketClosed,
+      new Promise((resolve) => (timer = setTimeout(resolve, 2000))),
+    ]);
+    clearTimeout(timer);
+  }
+
+  #target(token: string | undefined): { url: string; protocols: string[] } {
+    const url = new URL(this.#settings.url);
+    if (token === undefined) return { url: url.href, protocols: [SUBPROTOCOL] };
+    if (typeof token !== "string" || token === "") throw new TypeError("the token is empty");
+    if (this.#settings.tokenIn === "query") {
+      url.searchParams.set("token", token);
+      return { url: url.href, protocols: [SUBPROTOCOL] };
+    }
+    if (!SUBPROTOCOL_TOKEN.test(token)) {
+      throw new TypeError('the token cannot travel as a subprotocol; use tokenIn: "query"');
+    }
+    return { url: url.href, protocols: [SUBPROTOCOL, token] };
+  }
+
+  #watch(socket: WebSocket): void {
+    this.#socket = socket;
+    let receiver: LinkReceiver | undefined;
+    let live = true;
+    let markClosed!: () => void;
+    this.#socketClosed = new Promise((resolve) => (markClosed = resolve));
+    const openTimer = setTimeout(
+      () => release(1006, "connect timeout"),
+      this.#settings.connectTimeout,
+    );
+
+    // An ack is held briefly and dropped if a request follows (a request confirms at least as
+    // much). Two small frames back to back stall ~40 ms on a client without TCP_NODELAY
+    // (Deno's WebSocket client): Nagle holds the second until the server's delayed ACK.
+    let heldAck: string | undefined;
+    let ackTimer: ReturnType<typeof setTimeout> | undefined;
+    const write = (frame: string) => {
+      if (live && socket.readyState === OPEN) socket.send(frame);
+    };
+    const flushAck = () => {
+      clearTimeout(ackTimer);
+      ackTimer = undefined;
+      const frame = heldAck;
+      heldAck = undefined;
+      if (frame !== undefined) write(frame);
+    };
+    /** This socket is done (closed, failed, or given up by the endpoint): move on, once. */
+    const release = (code: number, reason: string) => {
+      clearTimeout(openTimer);
+      clearTimeout(ackTimer);
+      if (!live) return;
+      live = false;
+      if (socket.readyState === CONNECTING || socket.readyState === OPEN) {
+        try {
+          socket.close(closableCode(code), closeReason(reason));
+        } catch {
+          // Already closing.
+        }
+      }
+      const target = receiver;
+      receiver = undefined;
+      if (target) guard(() => target.closed(code, reason));
+      if (this.#socket === socket) this.#socket = undefined;
+      this.#scheduleRetry(code, reason);
+    };
+    this.#release = release;
+
+    const link: Link = {
+      send(frame) {
+        if (frame.startsWith('{"type":"ack"')) {
+          heldAck = frame;
+          ackTimer ??= setTimeout(flushAck, ACK_HOLD);
+          return;
+        }
+        if (frame.startsWith('{"type":"request"')) heldAck = undefined;
+        flushAck();
+        write(frame);
+      },
+      // The endpoint gives the link up (silence, a bad frame, or close): do not wait for the
+      // close handshake, which a half-open socket never completes.
+      close: (code = CloseCode.normal, reason = "") => release(code, reason),
+    };
+
+    socket.onopen = () =>
+      guard(() => {
+        clearTimeout(openTimer);
+        if (!live) return;
+        receiver = this.#endpoint.attach(link);
+        this.#emit(new ConnectedEvent(this.#endpoint.name));
+      });
+    socket.onmessage = (event: MessageEvent) =>
+      guard(() => {
+        if (!live || !receiver) return;
+        this.#attempt = 0; // the controller answers: the next outage starts the backoff afresh
+        receiver.receive(event.data);
+      });
+    socket.onclose = (event: CloseEvent) =>
+      guard(() => {
+        markClosed();
+        release(event.code, event.reason);
+      });
+    socket.onerror = () => {
+      // A close event follows.
+    };
+  }
+
+  #scheduleRetry(code: number, reason: string): void {
+    if (this.#stopped || this.#endpoint.closed) {
+      this.#emit(new DisconnectedEvent(this.#endpoint.name, code, reason, undefined));
+      return;
+    }
+    this.#attempt += 1;
+    const delay = backoffDelay(this.#attempt, this.#settings.backoff, Math.random());
+    this.#emit(new DisconnectedEvent(this.#endpoint.name, code, reason, delay));
+    this.#retry = setTimeout(() => void this.connect(), delay);
+  }
+}
+
+/** Browsers (and the WHATWG API elsewhere) accept only 1000 and 3000..4999 in `close()`. */
+function closableCode(code: number): number {
+  return code === 1000 || (code >= 3000 && code <= 4999) ? code : 1000;
+}
+
+function guard(body: () => void): void {
+  guardAs("a worker socket handler", body);
+}

@@ -1,0 +1,81 @@
+/**
+ * What serving the app on a runtime takes and returns; shared by `serveDeno` and `serveBun`.
+ *
+ * @module
+ */
+
+import { durationOption, integerOption } from "../core/options.ts";
+import type { WorkpullApp, WorkpullAppOptions } from "./app.ts";
+
+/** Options of `serveDeno` and `serveBun`: the app's options plus where to listen. */
+export interface ServeOptions extends Omit<WorkpullAppOptions, "upgradeWebSocket"> {
+  /** TCP port; 0 picks a free one (read it from `server.port`). Default 0. */
+  readonly port?: number;
+  /** Interface to listen on. Default "127.0.0.1" (loopback only: opt in to "0.0.0.0"). */
+  readonly hostname?: string;
+  /** Where to mount the app, for example "/workpull". Default "/". */
+  readonly basePath?: string;
+  /**
+   * The runtime pings a WebSocket that has been quiet this long and closes it if the ping is
+   * not answered (a dead peer the worker protocol's own silence check has not caught yet), ms.
+   * Rounded up to whole seconds. Default 30,000 (1,000..960,000).
+   */
+  readonly idleTimeout?: number;
+}
+
+/** A running server. */
+export interface WorkpullServer {
+  /** The workpull app (mounted at `basePath` inside the served app). */
+  readonly app: WorkpullApp;
+  /** The base URL, for example `http://127.0.0.1:8000/workpull/`. */
+  readonly url: URL;
+  /** The WebSocket URL workers connect to, for example `ws://127.0.0.1:8000/workpull/workers`. */
+  readonly workersUrl: URL;
+  /** The port listened on. */
+  readonly port: number;
+  /** Stop listening and close every connection. The controller is left as it is. */
+  close(): Promise<void>;
+  /** Same as `close()`. */
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/** Validated listening options. */
+export interface ListenOptions {
+  readonly port: number;
+  readonly hostname: string;
+  readonly basePath: string;
+  /** In whole seconds. */
+  readonly idleTimeoutSeconds: number;
+}
+
+/** Validate an idle timeout in ms (default 30 s) and round it up to whole seconds. */
+export function idleSeconds(owner: string, idleTimeout: number | undefined): number {
+  return Math.ceil(durationOption(owner, "idleTimeout", idleTimeout, 30_000, 1000, 960_000) / 1000);
+}
+
+/** Validate the listening part of {@linkcode ServeOptions}. */
+export function listenOptions(owner: string, options: ServeOptions): ListenOptions {
+  const basePath = options.basePath ?? "/";
+  if (typeof basePath !== "string" || !basePath.startsWith("/")) {
+    throw new TypeError(`Cannot create ${owner}: option "basePath" must start with "/"`);
+  }
+  return {
+    port: integerOption(owner, "port", options.port, 0, 0, 65_535),
+    hostname: options.hostname ?? "127.0.0.1",
+    basePath: basePath.replace(/\/+$/, ""),
+    idleTimeoutSeconds: idleSeconds(owner, options.idleTimeout),
+  };
+}
+
+/** The base and WebSocket URLs of a server listening on `hostname:port`. */
+export function serverUrls(
+  hostname: string,
+  port: number,
+  basePath: string,
+): { url: URL; workersUrl: URL } {
+  const host = hostname.includes(":") ? `[${hostname}]` : hostname;
+  const url = new URL(`http://${host}:${port}${basePath}/`);
+  const workersUrl = new URL("workers", url);
+  workersUrl.protocol = "ws:";
+  return { url, workersUrl };
+}

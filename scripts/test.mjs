@@ -17,6 +17,7 @@ rmSync(out, { recursive: true, force: true });
 mkdirSync(out, { recursive: true });
 
 const only = process.argv[2];
+const RUNNER_TIMEOUT_MS = 8 * 60_000;
 const suites = [
   {
     name: "deno",
@@ -78,11 +79,17 @@ for (const [name, args] of checks) {
 for (const suite of suites) {
   console.log(`\n=== ${suite.name} tests ===`);
   const started = Date.now();
+  // Deno ignores node:test's per-test timeout, so a hung test would hang CI: bound each runner.
   const result = spawnSync(suite.command, suite.args, {
     cwd: root,
     stdio: "inherit",
     env: process.env,
+    timeout: RUNNER_TIMEOUT_MS,
+    killSignal: "SIGKILL",
   });
+  if (result.error?.code === "ETIMEDOUT") {
+    console.log(`${suite.name}: killed after ${RUNNER_TIMEOUT_MS / 60_000} minutes`);
+  }
   const seconds = ((Date.now() - started) / 1000).toFixed(0);
   if (!existsSync(suite.file)) {
     console.log(

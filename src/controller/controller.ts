@@ -895,13 +895,18 @@ export class WorkPullingController extends SafeEventTarget {
       encoded.push({ messageId: job.messageId, payload });
     }
     // A job completed recently keeps its sequence and is not stored or dispatched again.
+    // A job the controller holds (in the pool or at a worker: stored and accepted already) or
+    // completed recently keeps its sequence and is neither stored, accepted nor dispatched again.
+    // Skipping the queue for it also avoids accepting a job that is confirmed (and compacted)
+    // while this handshake runs.
     const accept: string[] = [];
     const known = encoded.map((job): StoreResult | undefined => {
       const seq = this.#completed.get(job.messageId);
       if (seq !== undefined) return { seq, alreadyStored: true, payload: job.payload };
+      const owned = this.#owned.get(job.messageId);
+      if (owned) return { seq: owned.storeSeq, alreadyStored: true, payload: owned.payload };
       accept.push(job.messageId);
-      const owned = this.#lane ? undefined : this.#owned.get(job.messageId);
-      return owned && { seq: owned.storeSeq, alreadyStored: true, payload: owned.payload };
+      return undefined;
     });
     this.#handshake = { phase: "store", token: message.token, ids, known, accept };
     const unknown = encoded.filter((_, i) => !known[i]);

@@ -119,6 +119,30 @@ describe("dispatch", () => {
   });
 });
 
+describe("byte budget", () => {
+  test("a worker holding maxInFlightBytes of unconfirmed payload gets no more until it confirms", async () => {
+    const clock = new SimulatedClock();
+    const producer = new ManualProducer();
+    const controller = new WorkPullingController({
+      name: "jobs",
+      producer,
+      clock,
+      maxInFlightBytes: 2500,
+    });
+    await controller.start();
+    const a = new ScriptedWorker(controller, "a");
+    a.register();
+    a.request(0, 10);
+    const big = (id: string) => ({ messageId: id, payload: "x".repeat(998) }); // 1000 chars of JSON
+    producer.produce(["j1", "j2", "j3", "j4", "j5"].map(big));
+    assert.deepEqual(a.jobIds(), ["j1", "j2", "j3"], "stops once 2500 is reached");
+    assert.equal(controller.stats().pending, 2);
+    a.ack(2);
+    assert.deepEqual(a.jobIds(), ["j1", "j2", "j3", "j4", "j5"]);
+    await controller.close();
+  });
+});
+
 describe("requeue", () => {
   test("a lost worker's unconfirmed jobs go to the head of the pool and complete elsewhere under fresh sequences", async () => {
     const { producer, controller } = setup({ deliveryConfirmation: true });

@@ -64,7 +64,11 @@ export class Binding {
   assign(job: Job): void {
     this.currentSeq += 1;
     this.unconfirmed.pushBack(job);
+    this.unconfirmedChars += job.payload.length;
   }
+
+  /** Total payload size (UTF-16 units of the JSON text) of the unconfirmed jobs. */
+  unconfirmedChars = 0;
 
   /**
    * Move the cumulative confirmation to `confirmed` and return the jobs it covers, in order.
@@ -74,7 +78,9 @@ export class Binding {
     if (confirmed <= this.confirmedSeq) return [];
     const done: Job[] = [];
     while (this.confirmedSeq < confirmed) {
-      done.push(this.unconfirmed.shift()!);
+      const job = this.unconfirmed.shift()!;
+      this.unconfirmedChars -= job.payload.length;
+      done.push(job);
       this.confirmedSeq += 1;
     }
     this.confirmedCount += done.length;
@@ -91,6 +97,7 @@ export class Binding {
   drain(): Job[] {
     const jobs = [...this.unconfirmed];
     this.unconfirmed.clear();
+    this.unconfirmedChars = 0;
     return jobs;
   }
 }

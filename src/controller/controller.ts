@@ -794,7 +794,11 @@ export class WorkPullingController extends SafeEventTarget {
   }
 
   #dispatch(): void {
-    const eligible = (binding: Binding) => binding.freeDemand > 0 && this.#linkOf.has(binding);
+    // Demand counts jobs; the byte budget keeps a window of large payloads from piling up in an
+    // outbound buffer (a binding below its budget always takes one more job).
+    const budget = this.#options.maxInFlightBytes;
+    const eligible = (binding: Binding) =>
+      binding.freeDemand > 0 && binding.unconfirmedChars < budget && this.#linkOf.has(binding);
     while (this.#pending.length > 0) {
       const binding = this.#rotation.next(eligible);
       if (!binding) return;

@@ -39,6 +39,12 @@ export interface WorkPullingControllerOptions {
   readonly maxPayloadBytes?: number;
   /** End a binding after this many of the worker's resend intervals without a frame. Default 4. */
   readonly silenceIntervals?: number;
+  /**
+   * Stop dispatching to a worker while the payloads it holds unconfirmed reach this size
+   * (characters of JSON text; one job is always allowed). Bounds each connection's outbound
+   * buffer whatever its window. Default 4 MiB (1 KiB..1 GiB).
+   */
+  readonly maxInFlightBytes?: number;
   /** Keep a disconnected worker's binding this long for a reconnect of the same incarnation, ms. Default 0. */
   readonly reconnectGrace?: number;
   /** Largest frame accepted from a worker, in characters. Default 65,536. */
@@ -67,6 +73,7 @@ export interface ResolvedControllerOptions {
   readonly silenceIntervals: number;
   readonly reconnectGrace: number;
   readonly maxWorkerFrame: number;
+  readonly maxInFlightBytes: number;
   readonly dedupeWindow: number;
   readonly clock: Clock;
 }
@@ -163,6 +170,14 @@ export function resolveControllerOptions(
       65_536,
       1024,
       16 * 1024 * 1024,
+    ),
+    maxInFlightBytes: integerOption(
+      OWNER,
+      "maxInFlightBytes",
+      options.maxInFlightBytes,
+      4 * 1024 * 1024,
+      1024,
+      1024 * 1024 * 1024,
     ),
     dedupeWindow: integerOption(OWNER, "dedupeWindow", options.dedupeWindow, 10_000, 0, 10_000_000),
     clock,

@@ -78,7 +78,11 @@ export interface WorkpullAppOptions {
   readonly producer?: BufferedProducer<unknown>;
   /** Largest frame accepted from a worker, UTF-8 bytes. Default 65,536 (1 KiB..16 MiB). */
   readonly maxFrameBytes?: number;
-  /** A connection whose outbound buffer passes this is closed (4000), bytes. Default 8 MiB. */
+  /**
+   * A connection whose outbound buffer passes this is closed (4000), bytes. Default 8 MiB. Keep
+   * it above the controller's `maxInFlightBytes` (default 4 MiB), which bounds what one worker
+   * holds unconfirmed, so only a worker that stops reading reaches it.
+   */
   readonly maxBufferedBytes?: number;
   /** Largest `POST /jobs` body, bytes. Default 8 MiB. */
   readonly maxBodyBytes?: number;

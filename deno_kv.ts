@@ -33,3 +33,31 @@ export {
   type KvLike,
 } from "./src/queue/deno_kv_queue.ts";
 export * from "./src/queue/work_queue.ts";
+
+/**
+ * Value codecs for npm `@deno/kv`'s `openKv` on Bun and Node. The queue stores `Uint8Array`
+ * values only, which need no V8 serializer; Bun has none `@deno/kv` can use (its `serialize` is
+ * JavaScriptCore's format), so without codecs `openKv` refuses to start there. These refuse to
+ * encode anything else and decode a foreign value to an opaque object, which the adapter reports
+ * as malformed state.
+ *
+ * @example On Bun or Node
+ * ```ts ignore
+ * import { openKv } from "@deno/kv";
+ * import { bytesOnlyKvCodecs, DenoKvWorkQueue } from "./deno_kv.ts";
+ *
+ * const kv = await openKv("./jobs.kv", bytesOnlyKvCodecs);
+ * const queue = new DenoKvWorkQueue(kv);
+ * ```
+ */
+export const bytesOnlyKvCodecs: {
+  encodeV8(value: unknown): Uint8Array;
+  decodeV8(bytes: Uint8Array): unknown;
+} = {
+  encodeV8() {
+    throw new TypeError("the workpull queue stores Uint8Array values only");
+  },
+  decodeV8(bytes: Uint8Array) {
+    return { foreignV8Value: bytes };
+  },
+};

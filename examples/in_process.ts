@@ -15,7 +15,11 @@ import {
 } from "../mod.ts";
 
 const producer = new BufferedProducer<{ n: number }>();
-const controller = new WorkPullingController({ name: "jobs", producer, deliveryConfirmation: true });
+const controller = new WorkPullingController({
+  name: "jobs",
+  producer,
+  deliveryConfirmation: true,
+});
 controller.addEventListener("requeued", (event: RequeuedEvent) => {
   console.log(`requeued from ${event.worker}: ${event.messageIds.length} jobs`);
 });

@@ -161,7 +161,11 @@ describe("durable lane", () => {
     await s.producer.submit(2, { messageId: "b" });
     await s.run(2000);
     assert.deepEqual(s.handled, ["a", "b"]);
-    assert.equal(s.failures.length, 0, "no conflict for a repeated confirmation of a compacted job");
+    assert.equal(
+      s.failures.length,
+      0,
+      "no conflict for a repeated confirmation of a compacted job",
+    );
     assert.equal(s.controller.state, "running");
     await s.controller.close();
   });

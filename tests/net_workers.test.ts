@@ -214,7 +214,10 @@ test(
   "a worker that stops reading is cut off by its outbound buffer; its jobs requeue",
   TIMEOUT,
   async () => {
-    await withFlow([{}, { maxBufferedBytes: 1024 * 1024 }], async (flow) => {
+    // The controller's byte budget per worker (maxInFlightBytes, default 4 MiB) is raised so the
+    // reader is granted 8 MiB: it is the edge's buffer limit that must catch it here.
+    const controllerOptions = { maxInFlightBytes: 64 * 1024 * 1024 };
+    await withFlow([controllerOptions, { maxBufferedBytes: 1024 * 1024 }], async (flow) => {
       const token = await flow.token("reader");
       const { response, ws } = await RawWebSocket.connect(flow.server.port, "/workers", {
         "Sec-WebSocket-Protocol": `workpull.v1, ${token}`,

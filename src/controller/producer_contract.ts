@@ -6,10 +6,14 @@
  * - Answer every `RequestNext` with exactly one `Produced` of 1..`maxJobs` jobs, whenever work
  *   exists (a grant never expires). A retried grant (same session and token) must get the
  *   identical `Produced` again.
- * - Answer every `Stored` (including repeats) with a `StoredAck`, after durably marking or
- *   removing the stored jobs from your own source.
- * - Keep a job until it is stored, and resubmit unfinished jobs under their original MessageID
- *   when a grant arrives from a new session.
+ * - Answer every `Stored` (including repeats) with a `StoredAck`.
+ * - Keep every job recoverable until it is **accepted** (`onAccepted`, or the next grant of the
+ *   same session), and resubmit whatever is not accepted under its original MessageID when a
+ *   grant arrives from a new session. A reload returns accepted jobs only, so a job stored but
+ *   not accepted when the controller dies exists only in your source. (The reference contract
+ *   says "mark before StoredAck"; that is safe only when the producer outlives the controller —
+ *   a producer in the controller's process that marks before the Accept is written loses the
+ *   job if both die in between. `examples/durable_file_producer.ts` marks on `onAccepted`.)
  * - `DeliveryConfirmed` is best effort and may repeat: handle it idempotently by MessageID.
  *
  * @module

@@ -12,7 +12,7 @@ import {
   WorkPullingController,
 } from "../mod.ts";
 
-test("Web Workers connected by MessagePorts share a job stream", { timeout: 30_000 }, async () => {
+test("Web Workers connected by MessagePorts share a job stream", { timeout: 90_000 }, async () => {
   const producer = new BufferedProducer<{ n: number }>();
   const controller = new WorkPullingController({
     name: "jobs",

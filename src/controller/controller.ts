@@ -216,7 +216,7 @@ const UNREGISTERED_INTERVAL = 2000;
  * await controller.close();
  * ```
  */
-export class WorkPullingController extends SafeEventTarget {
+export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   readonly #options: ResolvedControllerOptions;
   #state: ControllerState = "idle";
   #session = "";
@@ -1060,32 +1060,4 @@ function reasonForClose(code: number): UnbindReason {
   if (code === CloseCode.backpressure) return "backpressure";
   if (code === CloseCode.silent) return "silent";
   return "disconnected";
-}
-
-/** Typed event listeners. */
-export interface WorkPullingController {
-  /** Listen for a typed controller event. */
-  addEventListener<K extends keyof ControllerEventMap>(
-    type: K,
-    listener: (event: ControllerEventMap[K]) => void,
-    options?: boolean | AddEventListenerOptions,
-  ): void;
-  /** Listen for any event. */
-  addEventListener(
-    type: string,
-    listener: EventListenerOrEventListenerObject | null,
-    options?: boolean | AddEventListenerOptions,
-  ): void;
-  /** Stop listening for a typed controller event. */
-  removeEventListener<K extends keyof ControllerEventMap>(
-    type: K,
-    listener: (event: ControllerEventMap[K]) => void,
-    options?: boolean | EventListenerOptions,
-  ): void;
-  /** Stop listening. */
-  removeEventListener(
-    type: string,
-    listener: EventListenerOrEventListenerObject | null,
-    options?: boolean | EventListenerOptions,
-  ): void;
 }

@@ -10,36 +10,49 @@
 export type Listener = EventListenerOrEventListenerObject;
 
 /**
- * `EventTarget` with exception-safe listeners.
+ * `EventTarget` with exception-safe listeners, typed by an event map `M` (event name to
+ * event class) for the emitter's own events.
  *
  * @example
  * ```ts
  * import { SafeEventTarget } from "./safe_event_target.ts";
- * const target = new SafeEventTarget();
+ * const target = new SafeEventTarget<{ ping: Event }>();
  * target.addEventListener("ping", () => { throw new Error("listener bug"); });
  * target.dispatchEvent(new Event("ping")); // logged, not thrown
  * ```
  */
-export class SafeEventTarget extends EventTarget {
+// deno-lint-ignore ban-types -- {} is the empty event map: no typed events, any name allowed.
+export class SafeEventTarget<M extends object = {}> extends EventTarget {
   readonly #wrapped = new Map<string, Map<Listener, EventListener>>();
 
+  /** Listen for one of this target's typed events; the listener is guarded. */
+  override addEventListener<K extends keyof M & string>(
+    type: K,
+    listener: ((event: M[K]) => void) | null,
+    options?: boolean | AddEventListenerOptions,
+  ): void;
   /** Like `EventTarget.addEventListener`, with the listener guarded. */
   override addEventListener(
     type: string,
     listener: Listener | null,
     options?: boolean | AddEventListenerOptions,
+  ): void;
+  override addEventListener(
+    type: string,
+    listener: Listener | ((event: never) => void) | null,
+    options?: boolean | AddEventListenerOptions,
   ): void {
     if (!listener) return;
     let byListener = this.#wrapped.get(type);
     if (!byListener) this.#wrapped.set(type, byListener = new Map());
-    let guarded = byListener.get(listener);
+    let guarded = byListener.get(listener as Listener);
     if (!guarded) {
       guarded = (event: Event) => {
         const report = (error: unknown) =>
           console.error(`workpull: a "${type}" event listener threw`, error);
         try {
           const result: unknown = typeof listener === "function"
-            ? listener.call(this, event)
+            ? (listener as EventListener).call(this, event)
             : listener.handleEvent(event);
           // An async listener's rejection must not become an unhandled rejection.
           if (result instanceof Promise) result.catch(report);
@@ -47,21 +60,32 @@ export class SafeEventTarget extends EventTarget {
           report(error);
         }
       };
-      byListener.set(listener, guarded);
+      byListener.set(listener as Listener, guarded);
     }
     super.addEventListener(type, guarded, options);
   }
 
+  /** Stop listening for one of this target's typed events. */
+  override removeEventListener<K extends keyof M & string>(
+    type: K,
+    listener: ((event: M[K]) => void) | null,
+    options?: boolean | EventListenerOptions,
+  ): void;
   /** Like `EventTarget.removeEventListener`. */
   override removeEventListener(
     type: string,
     listener: Listener | null,
     options?: boolean | EventListenerOptions,
+  ): void;
+  override removeEventListener(
+    type: string,
+    listener: Listener | ((event: never) => void) | null,
+    options?: boolean | EventListenerOptions,
   ): void {
     if (!listener) return;
-    const guarded = this.#wrapped.get(type)?.get(listener);
+    const guarded = this.#wrapped.get(type)?.get(listener as Listener);
     if (!guarded) return;
     super.removeEventListener(type, guarded, options);
-    this.#wrapped.get(type)?.delete(listener);
+    this.#wrapped.get(type)?.delete(listener as Listener);
   }
 }

@@ -137,7 +137,7 @@ const OPEN = 1;
  * A worker process's connection to a workpull server: its endpoints and their sockets.
  * Created by {@linkcode connectWorker}.
  */
-export class WorkerConnection<T = unknown> extends SafeEventTarget {
+export class WorkerConnection<T = unknown> extends SafeEventTarget<WorkerConnectionEventMap> {
   /** The endpoints, one per unit of concurrency. */
   readonly endpoints: readonly WorkerEndpoint<T>[];
   readonly #sockets: EndpointSocket[];
@@ -174,34 +174,6 @@ export class WorkerConnection<T = unknown> extends SafeEventTarget {
   [Symbol.asyncDispose](): Promise<void> {
     return this.close();
   }
-}
-
-/** Typed event listeners. */
-export interface WorkerConnection<T> {
-  /** Listen for a typed connection event. */
-  addEventListener<K extends keyof WorkerConnectionEventMap>(
-    type: K,
-    listener: (event: WorkerConnectionEventMap[K]) => void,
-    options?: boolean | AddEventListenerOptions,
-  ): void;
-  /** Listen for any event. */
-  addEventListener(
-    type: string,
-    listener: EventListenerOrEventListenerObject | null,
-    options?: boolean | AddEventListenerOptions,
-  ): void;
-  /** Stop listening for a typed connection event. */
-  removeEventListener<K extends keyof WorkerConnectionEventMap>(
-    type: K,
-    listener: (event: WorkerConnectionEventMap[K]) => void,
-    options?: boolean | EventListenerOptions,
-  ): void;
-  /** Stop listening. */
-  removeEventListener(
-    type: string,
-    listener: EventListenerOrEventListenerObject | null,
-    options?: boolean | EventListenerOptions,
-  ): void;
 }
 
 /**

@@ -161,7 +161,7 @@ const REMEMBERED_COMPLETIONS = 1024;
  * await controller.close();
  * ```
  */
-export class WorkerEndpoint<T = unknown> extends SafeEventTarget {
+export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointEventMap> {
   /** The producer (flow) name. */
   readonly producer: string;
   /** The endpoint name. */
@@ -497,32 +497,4 @@ export interface WorkerEndpointEventMap {
   "handler-error": HandlerErrorEvent;
   /** A fresh binding was adopted. */
   "bound": BoundEvent;
-}
-
-/** Typed event listeners. */
-export interface WorkerEndpoint<T> {
-  /** Listen for a typed worker event. */
-  addEventListener<K extends keyof WorkerEndpointEventMap>(
-    type: K,
-    listener: (event: WorkerEndpointEventMap[K]) => void,
-    options?: boolean | AddEventListenerOptions,
-  ): void;
-  /** Listen for any event. */
-  addEventListener(
-    type: string,
-    listener: EventListenerOrEventListenerObject | null,
-    options?: boolean | AddEventListenerOptions,
-  ): void;
-  /** Stop listening for a typed worker event. */
-  removeEventListener<K extends keyof WorkerEndpointEventMap>(
-    type: K,
-    listener: (event: WorkerEndpointEventMap[K]) => void,
-    options?: boolean | EventListenerOptions,
-  ): void;
-  /** Stop listening. */
-  removeEventListener(
-    type: string,
-    listener: EventListenerOrEventListenerObject | null,
-    options?: boolean | EventListenerOptions,
-  ): void;
 }

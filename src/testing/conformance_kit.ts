@@ -176,6 +176,29 @@ export function defineCase(
   };
 }
 
+/**
+ * {@linkcode defineCase} bound to one factory: how each case module writes its rules.
+ *
+ * @example
+ * ```ts
+ * import { casesFor } from "./conformance_kit.ts";
+ * import { MemoryWorkQueue } from "../queue/memory_queue.ts";
+ *
+ * const rule = casesFor({ open: () => ({ queue: new MemoryWorkQueue(), close() {} }) });
+ * const loads = rule("load works", [], async ({ queue }) => void await queue.load());
+ * await loads.run();
+ * ```
+ */
+export function casesFor(
+  factory: QueueFactory,
+): (
+  name: string,
+  requires: readonly QueueCapability[],
+  body: (context: CaseContext) => Promise<void>,
+) => ConformanceCase {
+  return (name, requires, body) => defineCase(factory, name, requires, body);
+}
+
 /** A failed check inside a case. */
 class ConformanceFailure extends Error {}
 

@@ -7,9 +7,9 @@
 
 import type { StoreResult } from "../queue/work_queue.ts";
 import {
+  casesFor,
   check,
   type ConformanceCase,
-  defineCase,
   equal,
   fresh,
   isConflict,
@@ -17,7 +17,6 @@ import {
   job,
   message,
   payloadOf,
-  type QueueCapability,
   type QueueFactory,
   rejects,
 } from "./conformance_kit.ts";
@@ -35,11 +34,7 @@ import {
  * ```
  */
 export function concurrencyCases(factory: QueueFactory): ConformanceCase[] {
-  const rule = (
-    name: string,
-    requires: QueueCapability[],
-    body: Parameters<typeof defineCase>[3],
-  ) => defineCase(factory, name, requires, body);
+  const rule = casesFor(factory);
   return [
     rule(
       "concurrent stores of one MessageID make exactly one first write, seen by every caller",

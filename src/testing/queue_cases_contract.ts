@@ -8,15 +8,14 @@
 
 import type { UnconfirmedMessage } from "../queue/work_queue.ts";
 import {
+  casesFor,
   check,
   type ConformanceCase,
-  defineCase,
   equal,
   fresh,
   job,
   message,
   payloadOf,
-  type QueueCapability,
   type QueueFactory,
   rejects,
   repeat,
@@ -37,11 +36,7 @@ import {
  * ```
  */
 export function contractCases(factory: QueueFactory): ConformanceCase[] {
-  const rule = (
-    name: string,
-    requires: QueueCapability[],
-    body: Parameters<typeof defineCase>[3],
-  ) => defineCase(factory, name, requires, body);
+  const rule = casesFor(factory);
   return [
     rule("store of a new MessageID at currentSeq + 1 appends it", [], async ({ queue }) => {
       const { epoch } = await queue.load();

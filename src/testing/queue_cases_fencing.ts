@@ -7,15 +7,14 @@
  */
 
 import {
+  casesFor,
   check,
   type ConformanceCase,
-  defineCase,
   equal,
   fresh,
   job,
   message,
   payloadOf,
-  type QueueCapability,
   type QueueFactory,
   rejects,
   resolves,
@@ -34,11 +33,7 @@ import {
  * ```
  */
 export function fencingCases(factory: QueueFactory): ConformanceCase[] {
-  const rule = (
-    name: string,
-    requires: QueueCapability[],
-    body: Parameters<typeof defineCase>[3],
-  ) => defineCase(factory, name, requires, body);
+  const rule = casesFor(factory);
   return [
     rule(
       "load on an empty queue returns currentSeq 0, no jobs and a positive epoch",

@@ -109,5 +109,6 @@ export {
   encodeFrame,
   encodeJobsFrame,
 } from "./src/protocol/codec.ts";
+export { JsonText } from "./src/protocol/json_text.ts";
 export * from "./src/queue/work_queue.ts";
 export { MemoryWorkQueue } from "./src/queue/memory_queue.ts";

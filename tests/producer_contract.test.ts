@@ -154,6 +154,34 @@ describe("producer handshake", () => {
   });
 });
 
+describe("buffered producer", () => {
+  test("a payload is a snapshot taken at submit: later changes to the object cannot reach the job", async () => {
+    const clock = new SimulatedClock();
+    const producer = new BufferedProducer<Record<string, unknown>>();
+    const controller = new WorkPullingController({ name: "jobs", producer, clock });
+    await controller.start();
+    const order: Record<string, unknown> = { id: 7 };
+    const submitted = producer.submit(order, { messageId: "order-7" }); // no worker yet: it waits
+    order.id = 8;
+    order.self = order; // no longer JSON at all
+    const seen: unknown[] = [];
+    connectInProcess(
+      controller,
+      new WorkerEndpoint<unknown>({
+        producer: "jobs",
+        name: "w",
+        clock,
+        handler: (d) => void seen.push(d.payload),
+      }),
+    );
+    await submitted;
+    await quiesce();
+    assert.deepEqual(seen, [{ id: 7 }]);
+    assert.equal(controller.state, "running");
+    await controller.close();
+  });
+});
+
 describe("delivery confirmation", () => {
   test("DeliveryConfirmed carries the Stored sequence, also for a job confirmed after a requeue", async () => {
     const s = setup(true);

@@ -33,6 +33,7 @@
 import type { TimerHandle } from "../core/clock.ts";
 import { Deque } from "../core/deque.ts";
 import { RecentMap } from "../core/recent_map.ts";
+import { JsonText } from "../protocol/json_text.ts";
 import { SafeEventTarget } from "../core/safe_event_target.ts";
 import {
   type DecodeFailure,
@@ -868,35 +869,35 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     if (handshake.request.token !== message.token) {
       return this.#fail("protocol", new Error("Produced token mismatch"));
     }
-    if (jobs.length > handshake.request.maxJobs) {
+    if (ids.length > handshake.request.maxJobs) {
       return this.#fail(
         "protocol",
         new RangeError(
-          `Produced carries ${jobs.length} jobs; the grant allowed ${handshake.request.maxJobs}`,
+          `Produced carries ${ids.length} jobs; the grant allowed ${handshake.request.maxJobs}`,
         ),
       );
     }
     if (new Set(ids).size !== ids.length) {
       return this.#fail("protocol", new Error("Produced repeats a MessageID"));
     }
-    const encoded: BatchStoreJob[] = [];
-    for (const job of jobs) {
-      const payload = encodePayload(job.payload);
+    const maxPayloadBytes = this.#options.maxPayloadBytes;
+    const texts: string[] = new Array(ids.length);
+    for (let i = 0; i < ids.length; i++) {
+      const payload = encodePayload(jobs[i].payload);
       if (payload === undefined) {
         return this.#fail(
           "protocol",
-          new TypeError(`the payload of ${job.messageId} is not JSON-serializable`),
+          new TypeError(`the payload of ${ids[i]} is not JSON-serializable`),
         );
       }
-      if (utf8Length(payload) > this.#options.maxPayloadBytes) {
+      // A UTF-16 unit takes at most 3 UTF-8 bytes: count exactly only when it could matter.
+      if (payload.length * 3 > maxPayloadBytes && utf8Length(payload) > maxPayloadBytes) {
         return this.#fail(
           "protocol",
-          new RangeError(
-            `the payload of ${job.messageId} exceeds ${this.#options.maxPayloadBytes} bytes`,
-          ),
+          new RangeError(`the payload of ${ids[i]} exceeds ${maxPayloadBytes} bytes`),
         );
       }
-      encoded.push({ messageId: job.messageId, payload });
+      texts[i] = payload;
     }
     // A job completed recently keeps its sequence and is not stored or dispatched again.
     // A job the controller holds (in the pool or at a worker: stored and accepted already) or
@@ -904,27 +905,36 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     // Skipping the queue for it also avoids accepting a job that is confirmed (and compacted)
     // while this handshake runs.
     const accept: string[] = [];
-    const known = encoded.map((job): StoreResult | undefined => {
-      const seq = this.#completed.get(job.messageId);
-      if (seq !== undefined) return { seq, alreadyStored: true, payload: job.payload };
-      const owned = this.#owned.get(job.messageId);
-      if (owned) return { seq: owned.storeSeq, alreadyStored: true, payload: owned.payload };
-      accept.push(job.messageId);
-      return undefined;
-    });
+    const known: (StoreResult | undefined)[] = [];
+    const unknown: BatchStoreJob[] = [];
+    for (let i = 0; i < ids.length; i++) {
+      const messageId = ids[i];
+      const seq = this.#completed.get(messageId);
+      if (seq !== undefined) {
+        known.push({ seq, alreadyStored: true, payload: texts[i] });
+        continue;
+      }
+      const owned = this.#owned.get(messageId);
+      if (owned) {
+        known.push({ seq: owned.storeSeq, alreadyStored: true, payload: owned.payload });
+        continue;
+      }
+      accept.push(messageId);
+      known.push(undefined);
+      unknown.push({ messageId, payload: texts[i] });
+    }
     this.#handshake = { phase: "store", token: message.token, ids, known, accept };
-    const unknown = encoded.filter((_, i) => !known[i]);
     if (this.#lane && unknown.length > 0) {
       this.#lane.store(unknown, this.#storeSeq);
       this.#pumpLane();
       return;
     }
-    const results: StoreResult[] = [];
-    for (const job of unknown) {
+    const results: StoreResult[] = new Array(unknown.length);
+    for (let i = 0; i < unknown.length; i++) {
       if (this.#storeSeq >= MAX_SEQ) {
         return this.#fail("protocol", new RangeError("store sequence space exhausted"));
       }
-      results.push({ seq: ++this.#storeSeq, alreadyStored: false, payload: job.payload });
+      results[i] = { seq: ++this.#storeSeq, alreadyStored: false, payload: unknown[i].payload };
     }
     this.#completeStore(results);
   }
@@ -933,19 +943,19 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   #completeStore(results: readonly StoreResult[]): void {
     const handshake = this.#handshake;
     if (handshake.phase !== "store") return;
+    const { known, ids } = handshake;
+    const jobs: Job[] = [];
+    const storedJobs: { messageId: string; seq: number }[] = [];
     let next = 0;
-    const merged = handshake.known.map((known) => known ?? results[next++]);
-    const jobs = merged.map((result, i): Job => ({
-      messageId: handshake.ids[i],
-      storeSeq: result.seq,
-      payload: result.payload,
-    }));
-    this.#totals.stored += results.filter((result) => !result.alreadyStored).length;
-    const stored: Stored = {
-      session: this.#session,
-      token: handshake.token,
-      jobs: jobs.map((job) => ({ messageId: job.messageId, seq: job.storeSeq })),
-    };
+    for (let i = 0; i < known.length; i++) {
+      const result = known[i] ?? results[next++];
+      jobs.push({ messageId: ids[i], storeSeq: result.seq, payload: result.payload });
+    }
+    for (const job of jobs) storedJobs.push({ messageId: job.messageId, seq: job.storeSeq });
+    let fresh = 0;
+    for (const result of results) if (!result.alreadyStored) fresh += 1;
+    this.#totals.stored += fresh;
+    const stored: Stored = { session: this.#session, token: handshake.token, jobs: storedJobs };
     this.#handshake = {
       phase: "stored-ack",
       token: handshake.token,
@@ -987,10 +997,14 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   #completeAccept(): void {
     const handshake = this.#handshake;
     if (handshake.phase !== "accept") return;
-    const accept = new Set(handshake.accept);
+    // `accept` holds the batch's MessageIDs, in order, minus those known at Produced time: as
+    // long as the batch, it holds all of them, and the set is not needed.
+    const accept = handshake.accept.length === handshake.jobs.length
+      ? undefined
+      : new Set(handshake.accept);
     for (const job of handshake.jobs) {
       // A resubmission of a job the controller holds, or completed recently, is not dispatched twice.
-      if (!accept.has(job.messageId) || this.#owned.has(job.messageId)) continue;
+      if ((accept && !accept.has(job.messageId)) || this.#owned.has(job.messageId)) continue;
       this.#owned.set(job.messageId, job);
       this.#pending.pushBack(job);
       this.#totals.accepted += 1;
@@ -1049,6 +1063,7 @@ function sameIds(a: readonly string[], b: readonly string[]): boolean {
 
 /** JSON text of a payload, or undefined when it has none (undefined, a function, a cycle). */
 function encodePayload(payload: unknown): string | undefined {
+  if (payload instanceof JsonText) return payload.text; // encoded once, by the producer
   try {
     return JSON.stringify(payload) ?? undefined;
   } catch {

@@ -21,28 +21,32 @@
  * ```
  */
 export class RecentMap<K, V> {
-  readonly #values = new Map<K, { value: V; slot: number }>();
+  /** Each remembered key's ring slot; its value sits at the same slot of `#slotValues`. */
+  readonly #slots = new Map<K, number>();
   readonly #ring: (K | undefined)[];
+  readonly #slotValues: (V | undefined)[];
   #next = 0;
 
   /** Creates a map holding at most `capacity` entries (0 keeps nothing). */
   constructor(readonly capacity: number) {
     this.#ring = new Array(capacity);
+    this.#slotValues = new Array(capacity);
   }
 
   /** The number of entries. */
   get size(): number {
-    return this.#values.size;
+    return this.#slots.size;
   }
 
   /** The value for `key`, if remembered. */
   get(key: K): V | undefined {
-    return this.#values.get(key)?.value;
+    const slot = this.#slots.get(key);
+    return slot === undefined ? undefined : this.#slotValues[slot];
   }
 
   /** Whether `key` is remembered. */
   has(key: K): boolean {
-    return this.#values.has(key);
+    return this.#slots.has(key);
   }
 
   /** Remember `key`; it becomes the newest entry. */
@@ -50,11 +54,11 @@ export class RecentMap<K, V> {
     if (this.capacity === 0) return;
     const slot = this.#next;
     const evicted = this.#ring[slot];
-    if (evicted !== undefined && this.#values.get(evicted)?.slot === slot) {
-      this.#values.delete(evicted);
-    }
+    // A key set again lives at its newer slot: only its latest slot evicts it.
+    if (evicted !== undefined && this.#slots.get(evicted) === slot) this.#slots.delete(evicted);
     this.#ring[slot] = key;
-    this.#values.set(key, { value, slot });
-    this.#next = (slot + 1) % this.capacity;
+    this.#slotValues[slot] = value;
+    this.#slots.set(key, slot);
+    this.#next = slot + 1 === this.capacity ? 0 : slot + 1;
   }
 }

@@ -15,6 +15,7 @@
 import { Deque } from "../core/deque.ts";
 import { integerOption, optionsObject } from "../core/options.ts";
 import { utf8Length } from "../controller/durable_lane.ts";
+import { JsonText } from "../protocol/json_text.ts";
 import type { ProducerEndpoint, ProducerPort } from "../controller/producer_contract.ts";
 import {
   type Accepted,
@@ -67,13 +68,66 @@ function deferred<T>(): Deferred<T> {
   return { promise, resolve, reject };
 }
 
-interface Item {
-  readonly messageId: string;
-  readonly payload: unknown;
-  readonly receipt: Deferred<Receipt>;
-  readonly accepted: Deferred<void>;
-  readonly confirmed: Deferred<DeliveryConfirmed> | undefined;
-  stored: boolean;
+/** Filled by the executors below: a promise's settle functions without a closure per promise. */
+let settleReceipt: ((receipt: Receipt) => void) | undefined;
+let rejectReceipt: ((error: unknown) => void) | undefined;
+let settleAccepted: (() => void) | undefined;
+function receiptExecutor(resolve: (receipt: Receipt) => void, reject: (error: unknown) => void) {
+  settleReceipt = resolve;
+  rejectReceipt = reject;
+}
+function acceptedExecutor(resolve: () => void) {
+  settleAccepted = resolve;
+}
+
+/**
+ * One submitted job. Lean on purpose: a large backlog of waiting jobs is mostly these, so it
+ * holds its receipt's settle functions directly, and its `accepted` promise is made only when
+ * the receipt is (nobody can observe it before).
+ */
+class Item {
+  readonly promise: Promise<Receipt>;
+  readonly resolve: (receipt: Receipt) => void;
+  readonly reject: (error: unknown) => void;
+  /** The receipt's `accepted` promise, once the receipt exists. */
+  accepted: Promise<void> | undefined = undefined;
+  /** Settles `accepted`; undefined once settled (or before it exists). */
+  resolveAccepted: (() => void) | undefined = undefined;
+  /** The job was accepted before its receipt existed: `accepted` starts resolved. */
+  acceptedEarly = false;
+  stored = false;
+
+  constructor(
+    readonly messageId: string,
+    readonly payload: JsonText,
+    readonly confirmed: Deferred<DeliveryConfirmed> | undefined,
+  ) {
+    this.promise = new Promise<Receipt>(receiptExecutor);
+    this.resolve = settleReceipt!;
+    this.reject = rejectReceipt!;
+    settleReceipt = rejectReceipt = undefined;
+  }
+
+  /** The receipt's `accepted` promise (made on first use). */
+  acceptedPromise(): Promise<void> {
+    if (this.accepted) return this.accepted;
+    if (this.acceptedEarly) return this.accepted = Promise.resolve();
+    this.accepted = new Promise<void>(acceptedExecutor);
+    this.resolveAccepted = settleAccepted;
+    settleAccepted = undefined;
+    return this.accepted;
+  }
+
+  /** The job entered the pool. */
+  markAccepted(): void {
+    const resolve = this.resolveAccepted;
+    if (resolve) {
+      this.resolveAccepted = undefined;
+      resolve();
+    } else if (!this.accepted) {
+      this.acceptedEarly = true;
+    }
+  }
 }
 
 interface Batch {
@@ -153,10 +207,12 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
       );
     }
     const existing = this.#waiting.get(messageId);
-    if (existing) return existing.receipt.promise;
-    let json: string | undefined;
+    if (existing) return existing.promise;
+    // Encoded once, here: the controller takes the text as it is, and later changes to the
+    // caller's object cannot reach the job.
+    let json: JsonText;
     try {
-      json = JSON.stringify(payload);
+      json = JsonText.encode(payload);
     } catch (error) {
       return Promise.reject(
         new TypeError(`Cannot submit ${messageId}: the payload is not JSON-serializable`, {
@@ -164,12 +220,9 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
         }),
       );
     }
-    if (json === undefined) {
-      return Promise.reject(
-        new TypeError(`Cannot submit ${messageId}: the payload is not JSON-serializable`),
-      );
-    }
-    const size = utf8Length(json);
+    const text = json.text;
+    // A UTF-16 unit takes at most 3 UTF-8 bytes: count exactly only when it could matter.
+    const size = text.length * 3 > port.maxPayloadBytes ? utf8Length(text) : text.length;
     if (size > port.maxPayloadBytes) {
       return Promise.reject(
         new RangeError(
@@ -177,24 +230,21 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
         ),
       );
     }
-    const item: Item = {
+    const item = new Item(
       messageId,
-      payload,
-      receipt: deferred(),
-      accepted: deferred(),
-      confirmed: port.deliveryConfirmation ? this.#confirmationFor(messageId) : undefined,
-      stored: false,
-    };
+      json,
+      port.deliveryConfirmation ? this.#confirmationFor(messageId) : undefined,
+    );
     this.#waiting.set(messageId, item);
     this.#buffer.pushBack(item);
     this.#answer();
-    return item.receipt.promise;
+    return item.promise;
   }
 
   /** Reject every job that is not Stored yet and refuse new ones. */
   close(reason: unknown = new Error("the producer was closed")): void {
     this.#closed = true;
-    for (const item of this.#waiting.values()) item.receipt.reject(reason);
+    for (const item of this.#waiting.values()) item.reject(reason);
     this.#waiting.clear();
     this.#buffer.clear();
     this.#grant = undefined;
@@ -231,19 +281,21 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
   onStored(stored: Stored): void {
     const answered = this.#answered;
     if (answered && answered.session === stored.session && answered.token === stored.token) {
-      stored.jobs.forEach(({ messageId, seq }, i) => {
+      const jobs = stored.jobs;
+      for (let i = 0; i < jobs.length; i++) {
+        const { messageId, seq } = jobs[i];
         const item = answered.items[i];
-        if (item.messageId !== messageId) return;
+        if (item.messageId !== messageId) continue;
         this.#waiting.delete(messageId);
-        if (item.stored) return; // a resubmission after a restart: the receipt was given already
+        if (item.stored) continue; // a resubmission after a restart: the receipt was given already
         item.stored = true;
-        item.receipt.resolve({
+        item.resolve({
           messageId,
           seq,
-          accepted: item.accepted.promise,
+          accepted: item.acceptedPromise(),
           confirmed: item.confirmed?.promise,
         });
-      });
+      }
       this.#stored = answered;
       this.#answered = undefined;
     }
@@ -254,7 +306,7 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
   onAccepted(accepted: Accepted): void {
     const stored = this.#stored;
     if (!stored || stored.session !== accepted.session || stored.token !== accepted.token) return;
-    for (const item of stored.items) item.accepted.resolve();
+    for (const item of stored.items) item.markAccepted();
     this.#stored = undefined;
   }
 

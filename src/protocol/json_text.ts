@@ -1,0 +1,55 @@
+/**
+ * A job payload already encoded as JSON text. A producer that validated a payload by encoding
+ * it (as `BufferedProducer.submit` does) hands the controller this instead of the value: the
+ * controller then neither encodes it a second time nor sees later changes to the original
+ * object. The text can only come from `JSON.stringify`, so it is always valid JSON.
+ *
+ * @module
+ */
+
+const fromStringify = Symbol("JsonText");
+
+/**
+ * An immutable, valid JSON encoding of a value.
+ *
+ * @example
+ * ```ts
+ * import { JsonText } from "./json_text.ts";
+ * const order = { id: 7, items: ["tea"] };
+ * const payload = JsonText.encode(order);
+ * order.items.push("cake"); // the payload is a snapshot
+ * console.assert(payload.text === '{"id":7,"items":["tea"]}');
+ * ```
+ */
+export class JsonText {
+  /** The JSON text. */
+  readonly text: string;
+
+  /** Use {@linkcode JsonText.encode}. */
+  constructor(token: typeof fromStringify, text: string) {
+    if (token !== fromStringify) throw new TypeError("Cannot create JsonText: use JsonText.encode");
+    this.text = text;
+    Object.freeze(this);
+  }
+
+  /** Encode `value`; throws a `TypeError` when it has no JSON form (undefined, a function, a cycle, a BigInt). */
+  static encode(value: unknown): JsonText {
+    let text: string | undefined;
+    try {
+      text = JSON.stringify(value);
+    } catch (error) {
+      throw new TypeError("Cannot encode the payload: it is not JSON-serializable", {
+        cause: error,
+      });
+    }
+    if (text === undefined) {
+      throw new TypeError("Cannot encode the payload: it is not JSON-serializable");
+    }
+    return new JsonText(fromStringify, text);
+  }
+
+  /** The decoded value, so a `JsonText` inside another value serializes as that value. */
+  toJSON(): unknown {
+    return JSON.parse(this.text);
+  }
+}

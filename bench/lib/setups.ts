@@ -1,0 +1,205 @@
+/**
+ * The two systems the network scenarios compare, each as a long-lived setup that can run a
+ * batch of jobs repeatedly: the workpull server (in this process) with worker processes, and
+ * the raw WebSocket baseline server (in this process) with raw client processes. Setups stay
+ * up across rounds so that rounds of the two can alternate; each closes its processes (killed
+ * and reaped) and its server.
+ *
+ * @module
+ */
+
+import process from "node:process";
+import { BufferedProducer, WorkPullingController } from "../../mod.ts";
+import type { WorkPullingControllerOptions } from "../../mod.ts";
+import type { WorkpullServer } from "../../server.ts";
+import { type Child, spawnChild, withTimeout } from "./proc.ts";
+import { now, repoPath, type Runtime, runtime, scriptCommand, until } from "./runtime.ts";
+import { type RawServer, rawServer, serveWorkpull, workerToken } from "./servers.ts";
+import type { WorkerConfig } from "../scenarios/worker_process.ts";
+
+/** Where worker processes write CPU profiles, when profiling. */
+export const profileDir: string | undefined = process.env.WORKPULL_BENCH_PROFILE;
+
+/** Spawn one worker process (`bench/scenarios/worker_process.ts`) and wait until it is ready. */
+export async function spawnWorker(
+  name: string,
+  config: WorkerConfig,
+  target: Runtime = runtime,
+): Promise<Child> {
+  const { command, args } = scriptCommand(target, repoPath("bench/scenarios/worker_process.ts"));
+  const env: Record<string, string> = { WORKPULL_BENCH: JSON.stringify(config) };
+  if (profileDir) env.WORKPULL_BENCH_PROFILE = profileDir;
+  const child = spawnChild(name, command, args, { env, stdin: true });
+  try {
+    await child.next((report) => report.ev === "ready", "ready", 30_000);
+  } catch (error) {
+    await child.kill();
+    throw error;
+  }
+  return child;
+}
+
+/** A system under test that runs batches of jobs. */
+export interface Setup {
+  readonly label: string;
+  /** Run `jobs` jobs; returns jobs per second. */
+  run(jobs: number): Promise<number>;
+  close(): Promise<void>;
+}
+
+/** Layout of the worker side: processes × endpoints (or sockets) per process. */
+export interface Topology {
+  readonly processes: number;
+  readonly perProcess: number;
+}
+
+/** "1×4", "4×1". */
+export function topologyLabel(topology: Topology): string {
+  return `${topology.processes}×${topology.perProcess}`;
+}
+
+/** The workpull server with worker processes. */
+export class WorkpullSetup implements Setup {
+  readonly label: string;
+  readonly producer: BufferedProducer<Record<string, unknown>>;
+  readonly controller: WorkPullingController;
+  readonly server: WorkpullServer;
+  readonly workers: Child[];
+
+  private constructor(
+    label: string,
+    producer: BufferedProducer<Record<string, unknown>>,
+    controller: WorkPullingController,
+    server: WorkpullServer,
+    workers: Child[],
+  ) {
+    this.label = label;
+    this.producer = producer;
+    this.controller = controller;
+    this.server = server;
+    this.workers = workers;
+  }
+
+  /** Start a controller and server here and `topology` worker processes. */
+  static async start(
+    topology: Topology,
+    options: {
+      window: number;
+      handler?: WorkerConfig["handler"];
+      controller?: Partial<WorkPullingControllerOptions>;
+      maxBatch?: number;
+      /** The worker processes' runtime (default: this one). */
+      workerRuntime?: Runtime;
+    },
+  ): Promise<WorkpullSetup> {
+    const producer = new BufferedProducer<Record<string, unknown>>(
+      options.maxBatch ? { maxBatch: options.maxBatch } : {},
+    );
+    const controller = new WorkPullingController({
+      name: "bench",
+      producer,
+      ...options.controller,
+    });
+    await controller.start();
+    const server = await serveWorkpull(controller, producer);
+    const workers: Child[] = [];
+    try {
+      const spawned = await Promise.allSettled(
+        Array.from(
+          { length: topology.processes },
+          async (_, i) =>
+            workers[i] = await spawnWorker(`workpull worker w${i}`, {
+              mode: "workpull",
+              url: server.workersUrl.href,
+              token: await workerToken(`w${i}`),
+              name: `w${i}`,
+              concurrency: topology.perProcess,
+              window: options.window,
+              handler: options.handler ?? "noop",
+            }, options.workerRuntime),
+        ),
+      );
+      const failed = spawned.find((outcome) => outcome.status === "rejected");
+      if (failed) throw (failed as PromiseRejectedResult).reason;
+    } catch (error) {
+      await Promise.all(workers.filter(Boolean).map((worker) => worker.kill()));
+      await server.close();
+      await controller.close();
+      throw error;
+    }
+    return new WorkpullSetup(
+      `workpull ${topologyLabel(topology)}`,
+      producer,
+      controller,
+      server,
+      workers,
+    );
+  }
+
+  /** Submit `jobs` jobs at once; jobs/s from the first submission to the last confirmation. */
+  async run(jobs: number): Promise<number> {
+    const base = this.controller.stats().totals.confirmed;
+    const target = base + jobs;
+    const started = now();
+    for (let n = 0; n < jobs; n++) this.producer.submit({ n }).catch(() => {});
+    await until(
+      () => this.controller.stats().totals.confirmed >= target,
+      `${jobs} confirmations`,
+      120_000,
+    );
+    return jobs / ((now() - started) / 1000);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.workers.map((worker) => worker.kill()));
+    await withTimeout(this.server.close(), 10_000, "the workpull server to close");
+    await this.controller.close();
+  }
+}
+
+/** The raw WebSocket baseline: its server here, raw client processes. */
+export class RawSetup implements Setup {
+  readonly label: string;
+  readonly #server: RawServer;
+  readonly clients: Child[];
+
+  private constructor(label: string, server: RawServer, clients: Child[]) {
+    this.label = label;
+    this.#server = server;
+    this.clients = clients;
+  }
+
+  static async start(topology: Topology, window: number): Promise<RawSetup> {
+    const server = rawServer(window);
+    const clients: Child[] = [];
+    try {
+      for (let i = 0; i < topology.processes; i++) {
+        clients.push(
+          await spawnWorker(`raw client ${i}`, {
+            mode: "raw",
+            url: `ws://127.0.0.1:${server.port}/`,
+            sockets: topology.perProcess,
+          }),
+        );
+      }
+      const sockets = topology.processes * topology.perProcess;
+      await until(() => server.sockets === sockets, "raw sockets", 10_000);
+    } catch (error) {
+      await Promise.all(clients.map((client) => client.kill()));
+      await server.close();
+      throw error;
+    }
+    return new RawSetup(`raw WebSocket ${topologyLabel(topology)}`, server, clients);
+  }
+
+  async run(jobs: number): Promise<number> {
+    const started = now();
+    await withTimeout(this.#server.run(jobs), 120_000, `${jobs} raw confirmations`);
+    return jobs / ((now() - started) / 1000);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.clients.map((client) => client.kill()));
+    await withTimeout(this.#server.close(), 10_000, "the raw server to close");
+  }
+}

@@ -1,0 +1,300 @@
+/**
+ * The workpull benchmark suite (issue #5): throughput, the BullMQ peer, durable throughput,
+ * latency, failover, memory and the browser client's size, each side by side with its
+ * baseline, measured in alternating rounds and reported as medians.
+ *
+ *   deno task bench           # everything, Deno and Bun; writes bench/results.json and .md
+ *   deno task bench:quick     # fewer jobs and rounds; prints only
+ *   deno task bench:bun       # the scenarios that apply to Bun, on Bun; prints only
+ *
+ * Flags: `--scenarios=throughput,peer,durable,latency,failover,memory,size` (default all),
+ * `--runtimes=deno,bun` (default both when started on Deno, bun when started on Bun),
+ * `--jobs=N` (throughput, peer, latency), `--rounds=N`, `--quick`, `--write` (write the results
+ * files even for a partial run), `--out=DIR` (default bench/). Every child process is killed and
+ * reaped and every temporary directory removed, also on failure or Ctrl-C.
+ *
+ * @module
+ */
+
+import { cpus, freemem, loadavg, platform, release, totalmem } from "node:os";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import process from "node:process";
+import { killAll, liveChildren, runInherit, runToEnd } from "./lib/proc.ts";
+import {
+  markdownSummary,
+  type MemoryResult,
+  readmeSection,
+  type Results,
+  type RuntimeResults,
+  targets,
+  textSummary,
+} from "./lib/report.ts";
+import { binary, repoPath, runtime, runtimeVersion } from "./lib/runtime.ts";
+import { median, round } from "./lib/stats.ts";
+import { makeTempDir, removeTempDir, removeTempDirs } from "./lib/tmp.ts";
+
+const SCENARIOS = ["throughput", "peer", "durable", "latency", "failover", "memory", "size"];
+/** Scenarios that run once per runtime (the others are runtime-independent: run once). */
+const PER_RUNTIME = new Set(["throughput", "durable", "latency", "failover", "memory"]);
+
+const argv = process.argv.slice(2);
+const flag = (name: string) => argv.find((arg) => arg.startsWith(`--${name}=`))?.split("=")[1];
+const quick = argv.includes("--quick");
+const child = argv.includes("--child");
+const selected = (flag("scenarios")?.split(",") ?? SCENARIOS).filter(Boolean);
+for (const name of selected) {
+  if (!SCENARIOS.includes(name)) throw new Error(`unknown scenario ${name}`);
+}
+const runtimes = (flag("runtimes")?.split(",") ?? (runtime === "deno" ? ["deno", "bun"] : ["bun"]))
+  .filter(Boolean);
+const jobs = Number(flag("jobs") ?? (quick ? 20_000 : 100_000));
+const rounds = Number(flag("rounds") ?? (quick ? 3 : 5));
+const config = {
+  jobs,
+  rounds,
+  window: 100,
+  peer: { jobs, rounds: quick ? 1 : 2, concurrencies: [1, 50] },
+  durable: { jobs: quick ? 10_000 : 30_000, singleJobs: quick ? 300 : 1000, rounds: quick ? 2 : 3 },
+  latency: { maxJobs: jobs, seconds: quick ? 2 : 3, rounds: quick ? 2 : 3 },
+  failover: { killRounds: quick ? 3 : 5, silentRounds: quick ? 1 : 3 },
+  memory: quick ? [{ pending: 100_000, rounds: 1 }] : [
+    { pending: 100_000, rounds: 3 },
+    { pending: 1_000_000, rounds: 1 },
+  ],
+};
+const full = !quick && !flag("scenarios") && !flag("jobs") && !flag("rounds") &&
+  runtimes.includes("deno") && runtimes.includes("bun");
+const write = (full || argv.includes("--write")) && !child;
+const outDir = flag("out") ?? repoPath("bench");
+const log = (line: string) => console.log(line);
+
+let interrupted = false;
+const onSignal = () => {
+  if (interrupted) return;
+  interrupted = true;
+  console.error("\ninterrupted: stopping every child process");
+  killAll().finally(() => {
+    removeTempDirs();
+    process.exit(130);
+  });
+};
+process.on("SIGINT", onSignal);
+process.on("SIGTERM", onSignal);
+
+/** The scenarios of this runtime, run here. */
+async function runHere(): Promise<RuntimeResults> {
+  const results: RuntimeResults = { skipped: {} };
+  const want = (name: string) => selected.includes(name) && PER_RUNTIME.has(name);
+  if (want("throughput")) {
+    log(`\n[${runtime}] 1. throughput, in memory, over WebSocket`);
+    const { throughput } = await import("./scenarios/throughput.ts");
+    results.throughput = await throughput({
+      jobs,
+      rounds,
+      window: config.window,
+      topologies: [{ processes: 1, perProcess: 4 }, { processes: 4, perProcess: 1 }],
+      log,
+    });
+  }
+  if (want("durable")) {
+    if (runtime === "deno") {
+      log(`\n[${runtime}] 3. durable: Deno KV file`);
+      const { durable } = await import("./scenarios/durable.ts");
+      results.durable = await durable({ ...config.durable, window: config.window, log });
+    } else {
+      results.skipped.durable = "the Deno KV file scenario is Deno's; Bun reaches KV files " +
+        "through npm @deno/kv, measured by bench/durable_throughput.ts";
+    }
+  }
+  if (want("latency")) {
+    log(`\n[${runtime}] 4. latency at 50% of the maximum throughput`);
+    const { latency } = await import("./scenarios/latency.ts");
+    results.latency = await latency({ ...config.latency, window: config.window, log });
+  }
+  if (want("failover")) {
+    log(`\n[${runtime}] 5. failover`);
+    const { failover } = await import("./scenarios/failover.ts");
+    results.failover = await failover({ ...config.failover, log });
+  }
+  if (want("memory")) {
+    if (runtime === "deno") {
+      log(`\n[${runtime}] 6. memory: controller heap per pending job`);
+      results.memory = await memory();
+    } else {
+      results.skipped.memory = "measured on Deno (V8 heap, --expose-gc)";
+    }
+  }
+  return results;
+}
+
+/** Scenario 6: each measurement in a fresh Deno process with --expose-gc. */
+async function memory(): Promise<MemoryResult> {
+  const points = [];
+  for (const { pending, rounds } of config.memory) {
+    const samples: Record<string, number>[] = [];
+    for (let i = 0; i < rounds; i++) {
+      const { code, stdout, stderr } = await runToEnd(binary("deno"), [
+        "run",
+        "-A",
+        "--quiet",
+        "--v8-flags=--expose-gc",
+        repoPath("bench/scenarios/memory_child.ts"),
+        String(pending),
+      ], { timeout: 300_000 });
+      if (code !== 0) throw new Error(`memory measurement failed: ${stderr}`);
+      samples.push(JSON.parse(stdout.trim().split("\n").at(-1)!));
+    }
+    const pick = (key: string) => round(median(samples.map((s) => s[key])), 1);
+    const point = {
+      pending,
+      rounds,
+      perJob: pick("perJob"),
+      payloadBytes: pick("payloadBytes"),
+      idBytes: pick("idBytes"),
+      beyondPayload: pick("beyondPayload"),
+    };
+    log(
+      `  ${
+        pending.toLocaleString("en-US")
+      } pending: ${point.perJob} bytes per job, payload ${point.payloadBytes}, beyond payload ${point.beyondPayload} (MessageID string ${point.idBytes} included)`,
+    );
+    points.push(point);
+  }
+  return {
+    runtime: runtimeVersion(),
+    method:
+      'A MemoryWorkQueue holds N stored and accepted jobs (payload `{"n":i}`, MessageID a random UUID); a fresh controller with no workers loads them on `start()` into its pending pool. ' +
+      "Heap used (after forced GCs, `--expose-gc`) before and after `start()`, divided by N. The queue's `load()` hands out fresh strings (as a store's load does), so the figure includes each MessageID and payload string; " +
+      "the payload strings' own heap, measured the same way, is subtracted. Each measurement in a fresh process.",
+    points,
+  };
+}
+
+/** The Bun scenarios, in a Bun child process running this script. */
+async function runOnBun(): Promise<RuntimeResults> {
+  const dir = makeTempDir("bun");
+  try {
+    const file = join(dir, "bun.json");
+    const passed = argv.filter((arg) => !arg.startsWith("--runtimes=") && arg !== "--write");
+    const code = await runInherit(binary("bun"), [
+      repoPath("bench/run.ts"),
+      ...passed,
+      "--child",
+      "--runtimes=bun",
+      `--json=${file}`,
+    ], { timeout: 30 * 60_000 });
+    if (code !== 0) throw new Error(`the Bun run failed (exit ${code})`);
+    return JSON.parse(readFileSync(file, "utf8"));
+  } finally {
+    removeTempDir(dir);
+  }
+}
+
+async function versions(): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  const ask = async (name: string, command: string, args: string[]) => {
+    try {
+      const { stdout } = await runToEnd(command, args, { timeout: 10_000 });
+      out[name] = stdout.trim().split("\n")[0];
+    } catch {
+      // not installed
+    }
+  };
+  await ask("deno", binary("deno"), ["--version"]);
+  await ask("bun", binary("bun"), ["--version"]);
+  await ask("node", "node", ["--version"]);
+  // "deno 2.9.6 (stable, release, …)" → "2.9.6"; "v20.20.2" → "20.20.2".
+  for (const [name, text] of Object.entries(out)) {
+    out[name] = text.match(/\d+\.\d+\.\d+/)?.[0] ?? text;
+  }
+  out.hono = JSON.parse(readFileSync(repoPath("node_modules/hono/package.json"), "utf8")).version;
+  out.valibot = JSON.parse(readFileSync(repoPath("node_modules/valibot/package.json"), "utf8"))
+    .version;
+  return out;
+}
+
+async function main(): Promise<void> {
+  const started = Date.now();
+  if (child) {
+    // A Bun (or Deno) child of the main run: this runtime's scenarios only, as JSON.
+    const results = await runHere();
+    writeFileSync(flag("json")!, JSON.stringify(results));
+    return;
+  }
+  const loadStart = loadavg().map((v) => v.toFixed(2)).join(" ");
+  const results: Results = {
+    generatedAt: new Date().toISOString(),
+    command: full ? "deno task bench" : `${runtime} bench/run.ts ${argv.join(" ")}`.trim(),
+    machine: {},
+    versions: await versions(),
+    config,
+    runtimes: {},
+    targets: [],
+  };
+  console.log(
+    `workpull benchmarks on ${runtimeVersion()}: scenarios ${selected.join(", ")}; runtimes ${
+      runtimes.join(", ")
+    }; ${jobs.toLocaleString("en-US")} jobs, ${rounds} rounds`,
+  );
+  if (runtimes.includes(runtime)) results.runtimes[runtime] = await runHere();
+  if (selected.includes("size")) {
+    log("\n7. browser worker client size");
+    const { clientSize } = await import("./scenarios/client_size.ts");
+    results.clientSize = await clientSize();
+    log(`  ${results.clientSize.minified} bytes minified, ${results.clientSize.gzip} gzip`);
+  }
+  if (selected.includes("peer")) {
+    log("\n2. peer: BullMQ + Redis");
+    const { peer } = await import("./scenarios/peer.ts");
+    results.peer = await peer({ ...config.peer, log });
+    if ("skipped" in results.peer) log(`  skipped: ${results.peer.skipped}`);
+  }
+  const others = runtimes.filter((name) => name !== runtime);
+  if (others.includes("bun") && selected.some((name) => PER_RUNTIME.has(name))) {
+    if (existsSync(binary("bun"))) {
+      log("\n[bun] the same scenarios on Bun (server and workers on Bun)");
+      results.runtimes.bun = await runOnBun();
+    } else {
+      log("\n[bun] skipped: no Bun binary (run `npm ci`)");
+      results.runtimes.bun = { skipped: { all: "no Bun binary in node_modules/.bin" } };
+    }
+  }
+  results.machine = {
+    os: `${platform()} ${release()}`,
+    cpus: cpus().length,
+    cpuModel: cpus()[0]?.model ?? "unknown",
+    memory: `${Math.round(totalmem() / 2 ** 30)} GiB (${Math.round(freemem() / 2 ** 30)} GiB free)`,
+    loadStart,
+    loadEnd: loadavg().map((v) => v.toFixed(2)).join(" "),
+    minutes: round((Date.now() - started) / 60_000, 1),
+  };
+  results.targets = targets(results);
+  console.log(`\n${textSummary(results)}\n`);
+  if (write) {
+    writeFileSync(join(outDir, "results.json"), `${JSON.stringify(results, null, 2)}\n`);
+    writeFileSync(
+      join(outDir, "results.md"),
+      markdownSummary(
+        results,
+        "npm ci   # Deno, Bun, BullMQ, esbuild pinned in package.json\ndeno task bench",
+      ),
+    );
+    writeFileSync(join(outDir, "README_SECTION.md"), readmeSection(results));
+    // The section is pasted into README.md, which `deno fmt --check` covers: format it here.
+    await runToEnd(binary("deno"), ["fmt", "--quiet", join(outDir, "README_SECTION.md")], {
+      timeout: 30_000,
+    }).catch(() => {});
+    console.log(`wrote results.json, results.md and README_SECTION.md in ${outDir}`);
+  }
+  console.log(`done in ${((Date.now() - started) / 60_000).toFixed(1)} min`);
+}
+
+try {
+  await main();
+} finally {
+  await killAll();
+  removeTempDirs();
+}
+if (liveChildren() > 0) console.error("warning: child processes still running");
+process.exit(0);

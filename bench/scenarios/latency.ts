@@ -1,0 +1,144 @@
+/**
+ * Scenario 4, latency: submit → handler start, p50/p99/max, at half the maximum throughput.
+ * The workpull system of scenario 1 with 4 worker processes × 1 endpoint (window 100): first
+ * its maximum throughput is measured in this run (median of 3 batches), then jobs are
+ * submitted at 50% of it by a steady pacer (every ~1 ms it submits what is due so far) for a
+ * fixed time. Each payload carries its submission time; the worker's handler subtracts it from
+ * its own clock when it starts. Clock: `performance.timeOrigin + performance.now()` in both
+ * processes (one machine; see `lib/runtime.ts`).
+ *
+ * @module
+ */
+
+import process from "node:process";
+import { now, type Runtime, runtimeVersion, sleep, until } from "../lib/runtime.ts";
+import { WorkpullSetup } from "../lib/setups.ts";
+import { type Distribution, distribution, median, round } from "../lib/stats.ts";
+
+/** The scenario's result (ms). */
+export interface LatencyResult {
+  readonly runtime: string;
+  readonly topology: string;
+  /** The maximum throughput measured first, jobs/s. */
+  readonly maxThroughput: number;
+  /** The paced rate, jobs/s. */
+  readonly rate: number;
+  /** The rate the pacer achieved, jobs/s (median over rounds). */
+  readonly achieved: number;
+  readonly seconds: number;
+  readonly rounds: Distribution[];
+  /** Medians over rounds of each percentile. */
+  readonly median: Distribution;
+}
+
+/** Run the scenario on this process's runtime. */
+export async function latency(options: {
+  maxJobs: number;
+  seconds: number;
+  rounds: number;
+  window: number;
+  log: (line: string) => void;
+  /** The worker processes' runtime (default: this one); for experiments. */
+  workerRuntime?: Runtime;
+}): Promise<LatencyResult> {
+  const setup = await WorkpullSetup.start({ processes: 4, perProcess: 1 }, {
+    window: options.window,
+    handler: "latency",
+    workerRuntime: options.workerRuntime,
+  });
+  try {
+    const collect = async () => {
+      const all: number[] = [];
+      for (const worker of setup.workers) {
+        worker.command({ cmd: "latency" });
+        const report = await worker.next((r) => r.ev === "latency", "latency samples");
+        for (const sample of report.samples as number[]) all.push(sample);
+      }
+      return all;
+    };
+    await setup.run(Math.round(options.maxJobs / 2)); // warm-up
+    const maxima: number[] = [];
+    for (let i = 0; i < 3; i++) maxima.push(await setup.run(options.maxJobs));
+    await collect();
+    const maxThroughput = median(maxima);
+    const rate = maxThroughput / 2;
+    options.log(
+      `  max throughput ${Math.round(maxThroughput).toLocaleString("en-US")} jobs/s; pacing at ${
+        Math.round(rate).toLocaleString("en-US")
+      } jobs/s for ${options.seconds} s`,
+    );
+    const rounds: Distribution[] = [];
+    const achieved: number[] = [];
+    for (let r = 0; r < options.rounds; r++) {
+      const base = setup.controller.stats().totals.confirmed;
+      const started = now();
+      const end = started + options.seconds * 1000;
+      let submitted = 0;
+      for (let t = started; t < end; t = now()) {
+        const due = Math.floor((t - started) / 1000 * rate);
+        for (; submitted < due; submitted++) {
+          setup.producer.submit({ n: submitted, t: now() }).catch(() => {});
+        }
+        await sleep(1);
+      }
+      achieved.push(submitted / ((now() - started) / 1000));
+      await until(
+        () => setup.controller.stats().totals.confirmed >= base + submitted,
+        "paced jobs confirmed",
+        60_000,
+      );
+      const samples = await collect();
+      if (samples.length !== submitted) {
+        throw new Error(`expected ${submitted} latency samples, got ${samples.length}`);
+      }
+      const d = distribution(samples);
+      rounds.push(d);
+      options.log(
+        `  round ${r + 1}/${options.rounds}: ${d.count} jobs, p50 ${d.p50.toFixed(2)} ms, p99 ${
+          d.p99.toFixed(2)
+        } ms, max ${d.max.toFixed(2)} ms`,
+      );
+    }
+    const pick = (key: keyof Distribution) => round(median(rounds.map((d) => d[key])), 3);
+    const rounded = (d: Distribution): Distribution => ({
+      count: d.count,
+      p50: round(d.p50, 3),
+      p90: round(d.p90, 3),
+      p99: round(d.p99, 3),
+      p999: round(d.p999, 3),
+      max: round(d.max, 3),
+    });
+    return {
+      runtime: runtimeVersion(),
+      topology: "4×1",
+      maxThroughput: round(maxThroughput),
+      rate: round(rate),
+      achieved: round(median(achieved)),
+      seconds: options.seconds,
+      rounds: rounds.map(rounded),
+      median: {
+        count: pick("count"),
+        p50: pick("p50"),
+        p90: pick("p90"),
+        p99: pick("p99"),
+        p999: pick("p999"),
+        max: pick("max"),
+      },
+    };
+  } finally {
+    await setup.close();
+  }
+}
+
+if (import.meta.main) {
+  const result = await latency({
+    maxJobs: Number(process.argv[2] ?? 100_000),
+    seconds: Number(process.argv[3] ?? 3),
+    rounds: Number(process.argv[4] ?? 3),
+    window: 100,
+    log: console.log,
+    workerRuntime: process.argv[5] as Runtime | undefined,
+  });
+  console.log(JSON.stringify(result));
+  process.exit(0);
+}

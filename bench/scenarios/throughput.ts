@@ -1,0 +1,136 @@
+/**
+ * Scenario 1, throughput in memory over WebSocket: one controller (this process), 4 worker
+ * endpoints in 1 worker process (1×4) and in 4 worker processes (4×1), no-op handler, payload
+ * `{"n":i}`, window 100; jobs/s from the first `submit()` to the last confirmation seen by the
+ * controller. Baseline: the raw WebSocket server and clients of `lib/servers.ts` with the same
+ * layout (sockets per process) and the same window per socket. Rounds alternate the two
+ * systems (and which goes first) after two unmeasured warm-up runs of each; the ratio is the
+ * median of the per-round ratios.
+ *
+ * @module
+ */
+
+import process from "node:process";
+import { median, round } from "../lib/stats.ts";
+import {
+  RawSetup,
+  type Setup,
+  type Topology,
+  topologyLabel,
+  WorkpullSetup,
+} from "../lib/setups.ts";
+import { runtime, runtimeVersion } from "../lib/runtime.ts";
+
+/** Unmeasured runs of each system before the rounds. */
+const WARMUP_RUNS = 2;
+
+/** Options of {@linkcode throughput}. */
+export interface ThroughputOptions {
+  readonly jobs: number;
+  readonly rounds: number;
+  readonly window: number;
+  readonly topologies: readonly Topology[];
+  readonly log: (line: string) => void;
+  /** Called between the warm-up and the measured rounds (profiling starts there). */
+  readonly onMeasure?: () => Promise<void>;
+}
+
+/** One layout's figures. */
+export interface ThroughputPair {
+  readonly topology: string;
+  readonly raw: { readonly samples: number[]; readonly median: number };
+  readonly workpull: { readonly samples: number[]; readonly median: number };
+  /** workpull / raw, per round. */
+  readonly ratios: number[];
+  readonly ratio: number;
+}
+
+/** The scenario's result. */
+export interface ThroughputResult {
+  readonly runtime: string;
+  readonly jobs: number;
+  readonly rounds: number;
+  readonly window: number;
+  readonly pairs: ThroughputPair[];
+}
+
+/** Run the scenario on this process's runtime. */
+export async function throughput(options: ThroughputOptions): Promise<ThroughputResult> {
+  const { jobs, rounds, window, log } = options;
+  const pairs: { topology: Topology; raw: Setup; workpull: Setup; r: number[]; w: number[] }[] = [];
+  try {
+    for (const topology of options.topologies) {
+      const raw = await RawSetup.start(topology, window);
+      const workpull = await WorkpullSetup.start(topology, { window }).catch(async (error) => {
+        await raw.close();
+        throw error;
+      });
+      pairs.push({ topology, raw, workpull, r: [], w: [] });
+    }
+    // JIT warm-up: Bun's optimizing tiers in particular take a few hundred thousand jobs.
+    log(`  warm-up (${WARMUP_RUNS} × ${jobs.toLocaleString("en-US")} jobs each, not counted)`);
+    for (let i = 0; i < WARMUP_RUNS; i++) {
+      for (const pair of pairs) {
+        await pair.raw.run(jobs);
+        await pair.workpull.run(jobs);
+      }
+    }
+    await options.onMeasure?.();
+    for (let i = 0; i < rounds; i++) {
+      const ordered = i % 2 === 0 ? pairs : pairs.toReversed();
+      for (const pair of ordered) {
+        const first = (i >> 1) % 2 === 0;
+        for (const system of first ? ["raw", "workpull"] as const : ["workpull", "raw"] as const) {
+          const rate = await pair[system].run(jobs);
+          (system === "raw" ? pair.r : pair.w).push(rate);
+        }
+        const label = topologyLabel(pair.topology);
+        log(
+          `  round ${i + 1}/${rounds} ${label}: raw ${fmt(pair.r.at(-1)!)}, workpull ${
+            fmt(pair.w.at(-1)!)
+          } jobs/s (${(pair.w.at(-1)! / pair.r.at(-1)!).toFixed(2)}x)`,
+        );
+      }
+    }
+  } finally {
+    for (const pair of pairs) {
+      await pair.raw.close();
+      await pair.workpull.close();
+    }
+  }
+  return {
+    runtime: runtimeVersion(),
+    jobs,
+    rounds,
+    window,
+    pairs: pairs.map(({ topology, r, w }) => {
+      const ratios = w.map((value, i) => round(value / r[i], 3));
+      return {
+        topology: topologyLabel(topology),
+        raw: { samples: r.map((v) => round(v)), median: round(median(r)) },
+        workpull: { samples: w.map((v) => round(v)), median: round(median(w)) },
+        ratios,
+        ratio: round(median(ratios), 3),
+      };
+    }),
+  };
+}
+
+function fmt(value: number): string {
+  return Math.round(value).toLocaleString("en-US");
+}
+
+if (import.meta.main) {
+  const jobs = Number(process.argv[2] ?? 100_000);
+  const rounds = Number(process.argv[3] ?? 3);
+  console.log(`throughput on ${runtime}`);
+  const result = await throughput({
+    jobs,
+    rounds,
+    window: 100,
+    topologies: [{ processes: 1, perProcess: 4 }, { processes: 4, perProcess: 1 }],
+    log: console.log,
+  });
+  console.log(JSON.stringify(result, null, 1));
+  process.exit(0);
+}

@@ -1,0 +1,107 @@
+/**
+ * The worker side of the network benchmarks, one process. Configured by the `WORKPULL_BENCH`
+ * environment variable (JSON, {@linkcode WorkerConfig}); reports JSON lines on stdout and takes
+ * JSON commands on stdin.
+ *
+ * - `raw`: the baseline client. `sockets` plain WebSockets; every message is one job
+ *   (`{"type":"job","id":…,"payload":…}`), parsed with `JSON.parse`, and answered at once with
+ *   one confirmation `{"type":"ack","id":…}`. Nothing else.
+ * - `workpull`: `connectWorker` from `client.ts` with `concurrency` endpoints and `window`.
+ *   The handler is a no-op (`noop`), records submit→start latency from the payload's `t`
+ *   (`latency`), or reports each start and sleeps `delayMs` (`report`; `delayMs < 0` never
+ *   resolves, a job held mid-flight).
+ *
+ * Reports: `{"ev":"ready"}` once every socket is open (raw) or every endpoint is bound;
+ * `{"ev":"start","id":…,"t":…}` per job in `report` mode; `{"ev":"latency","samples":[…]}` on
+ * the command `{"cmd":"latency"}`. Times are `performance.timeOrigin + performance.now()`.
+ *
+ * @module
+ */
+
+import process from "node:process";
+import { connectWorker } from "../../client.ts";
+import { startProfiling, stopProfiling } from "../lib/profile.ts";
+
+/** The configuration in `WORKPULL_BENCH`. */
+export interface WorkerConfig {
+  readonly mode: "raw" | "workpull";
+  readonly url: string;
+  /** raw: sockets to open. */
+  readonly sockets?: number;
+  /** workpull: the worker token, name, endpoints and window. */
+  readonly token?: string;
+  readonly name?: string;
+  readonly concurrency?: number;
+  readonly window?: number;
+  readonly handler?: "noop" | "latency" | "report";
+  readonly delayMs?: number;
+  readonly resendInterval?: number;
+}
+
+const config: WorkerConfig = JSON.parse(process.env.WORKPULL_BENCH ?? "{}");
+const profileDir = process.env.WORKPULL_BENCH_PROFILE;
+const now = () => performance.timeOrigin + performance.now();
+const out = (line: Record<string, unknown>) => process.stdout.write(`${JSON.stringify(line)}\n`);
+
+if (profileDir) await startProfiling();
+
+let samples: number[] = [];
+
+if (config.mode === "raw") {
+  let open = 0;
+  for (let i = 0; i < (config.sockets ?? 1); i++) {
+    const socket = new WebSocket(config.url);
+    socket.onopen = () => {
+      if (++open === (config.sockets ?? 1)) out({ ev: "ready" });
+    };
+    socket.onmessage = (event) => {
+      const job = JSON.parse(event.data as string);
+      socket.send(JSON.stringify({ type: "ack", id: job.id }));
+    };
+  }
+} else {
+  const delay = config.delayMs ?? 0;
+  const handler = config.handler === "latency"
+    ? ({ payload }: { payload: unknown }) => void samples.push(now() - (payload as { t: number }).t)
+    : config.handler === "report"
+    ? ({ messageId }: { messageId: string }) => {
+      out({ ev: "start", id: messageId, t: now() });
+      if (delay < 0) return new Promise(() => {});
+      if (delay > 0) return new Promise((resolve) => setTimeout(resolve, delay));
+    }
+    : () => {};
+  const worker = connectWorker({
+    url: config.url,
+    token: config.token,
+    producer: "bench",
+    name: config.name ?? "bench",
+    concurrency: config.concurrency ?? 1,
+    window: config.window ?? 100,
+    resendInterval: config.resendInterval,
+    handler,
+  });
+  let bound = 0;
+  for (const endpoint of worker.endpoints) {
+    endpoint.addEventListener("bound", () => {
+      if (++bound === worker.endpoints.length) out({ ev: "ready" });
+    });
+  }
+}
+
+let pending = "";
+process.stdin.setEncoding("utf8");
+process.stdin.on("data", async (chunk: string) => {
+  pending += chunk;
+  const lines = pending.split("\n");
+  pending = lines.pop()!;
+  for (const line of lines) {
+    const command = JSON.parse(line);
+    if (command.cmd === "latency") {
+      out({ ev: "latency", samples });
+      samples = [];
+    } else if (command.cmd === "profile" && profileDir) {
+      const path = await stopProfiling(profileDir, command.name);
+      out({ ev: "profiled", path });
+    }
+  }
+});

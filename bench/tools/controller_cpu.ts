@@ -1,0 +1,116 @@
+/**
+ * The controller's CPU cost per job, without sockets and without real workers: a
+ * `BufferedProducer`, a `WorkPullingController` and 4 scripted workers that speak raw frames
+ * (register, request with window 100, top-up at half the window, as `WorkerEndpoint` does) and
+ * spend almost nothing per job (they read the sequence range of each jobs frame from its text).
+ * What it measures is what the controller process spends per job in the network benchmark,
+ * minus the socket work: the number to drive down when the controller is the bottleneck.
+ *
+ *   deno run -A bench/tools/controller_cpu.ts [jobs=300000] [rounds=5] [--profile]
+ *
+ * @module
+ */
+
+import { mkdirSync, readFileSync } from "node:fs";
+import process from "node:process";
+import { BufferedProducer, type Link, WorkPullingController } from "../../mod.ts";
+import { startProfiling, stopProfiling } from "../lib/profile.ts";
+import { median } from "../lib/stats.ts";
+import { repoPath } from "../lib/runtime.ts";
+import { summarize } from "./profile_top.ts";
+
+const args = process.argv.slice(2).filter((arg) => !arg.startsWith("--"));
+const jobs = Number(args[0] ?? 300_000);
+const rounds = Number(args[1] ?? 5);
+const WINDOW = 100;
+
+const producer = new BufferedProducer<{ n: number }>();
+const controller = new WorkPullingController({ name: "bench", producer });
+await controller.start();
+let confirmedTotal = 0;
+let target = 0;
+let finish: () => void = () => {};
+
+for (let w = 0; w < 4; w++) {
+  let session = "";
+  let confirmed = 0;
+  let received = 0;
+  let requested = 0;
+  const nonce = `n${w}`;
+  const link: Link = {
+    send(frame) {
+      if (frame.startsWith('{"type":"registered"')) {
+        session = JSON.parse(frame).session;
+        requested = WINDOW;
+        queueMicrotask(() =>
+          receiver.receive(
+            `{"type":"request","session":"${session}","nonce":"${nonce}","confirmed":0,"upTo":${requested},"resend":false}`,
+          )
+        );
+        return;
+      }
+      // A jobs frame: count its jobs without parsing it.
+      let count = 0;
+      for (let i = frame.indexOf('{"id":'); i >= 0; i = frame.indexOf('{"id":', i + 6)) count++;
+      received += count;
+      queueMicrotask(() => {
+        // "Process" every job, then confirm as WorkerEndpoint does: top-up at half the window.
+        confirmed = received;
+        confirmedTotal += count;
+        if (requested - confirmed <= WINDOW / 2) {
+          requested = confirmed + WINDOW;
+          receiver.receive(
+            `{"type":"request","session":"${session}","nonce":"${nonce}","confirmed":${confirmed},"upTo":${requested},"resend":false}`,
+          );
+        } else {
+          receiver.receive(
+            `{"type":"ack","session":"${session}","nonce":"${nonce}","confirmed":${confirmed}}`,
+          );
+        }
+        if (confirmedTotal >= target) finish();
+      });
+    },
+    close() {},
+  };
+  const receiver = controller.attach(link);
+  receiver.receive(
+    `{"type":"register","producer":"bench","worker":"w${w}","incarnation":"i${w}","nonce":"${nonce}","resendInterval":2000}`,
+  );
+}
+
+/** CPU time (user + system) of this process for `count` jobs, ms: robust to other load. */
+async function batch(count: number): Promise<number> {
+  target = confirmedTotal + count;
+  const finished = new Promise<void>((resolve) => (finish = resolve));
+  const start = process.cpuUsage();
+  for (let n = 0; n < count; n++) producer.submit({ n }).catch(() => {});
+  await finished;
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  const used = process.cpuUsage(start);
+  return (used.user + used.system) / 1000;
+}
+
+await batch(jobs / 2);
+const profile = process.argv.includes("--profile");
+if (profile) await startProfiling();
+const times: number[] = [];
+for (let i = 0; i < rounds; i++) times.push(await batch(jobs));
+console.log(
+  `controller + producer, CPU time: ${
+    median(times.map((ms) => ms * 1000 / jobs)).toFixed(2)
+  } µs/job ` +
+    `(rounds: ${times.map((ms) => (ms * 1000 / jobs).toFixed(2)).join(", ")})`,
+);
+if (profile) {
+  const dir = repoPath(".tmp", "profiles");
+  mkdirSync(dir, { recursive: true });
+  const path = (await stopProfiling(dir, "controller_cpu"))!;
+  const { total, byFunction } = summarize(JSON.parse(readFileSync(path, "utf8")));
+  for (const [key, ms] of [...byFunction].sort((a, b) => b[1] - a[1]).slice(0, 40)) {
+    console.log(
+      `  ${ms.toFixed(0).padStart(6)} ms ${(100 * ms / total).toFixed(1).padStart(5)}%  ${key}`,
+    );
+  }
+}
+await controller.close();
+process.exit(0);

@@ -25,12 +25,10 @@ import {
   WorkPullingController,
 } from "../mod.ts";
 import { DenoKvWorkQueue } from "../deno_kv.ts";
-import { encodeEpoch, encodeFlags, encodeJob, encodeMeta } from "../src/queue/deno_kv_codec.ts";
-import { KvQueueLayout } from "../src/queue/deno_kv_layout.ts";
+import { rawKvWrites } from "./lib/raw_kv.ts";
 import { kvClient, openKv } from "../tests/fixtures/open_kv.ts";
 
 const rounds = Number(process.argv[2] ?? 3);
-const encoder = new TextEncoder();
 
 /** Run `body` on a fresh KV file; returns jobs/s. */
 async function onFreshKv(jobs: number, body: (kv: Deno.Kv) => Promise<void>): Promise<number> {
@@ -46,46 +44,9 @@ async function onFreshKv(jobs: number, body: (kv: Deno.Kv) => Promise<void>): Pr
   }
 }
 
-/** The adapter's three commits per job, `perCommit` jobs in each. */
+/** The adapter's three commits per job, `perCommit` jobs in each (`lib/raw_kv.ts`). */
 function raw(jobs: number, perCommit: number): Promise<number> {
-  return onFreshKv(jobs, async (kv) => {
-    const layout = new KvQueueLayout(["workpull"]);
-    const epoch = await kv.atomic().set(layout.epochKey, encodeEpoch(1)).commit();
-    if (!epoch.ok) throw new Error("cannot write the epoch");
-    let metaVs: string | null = null;
-    let seq = 0;
-    /** One commit fenced like the adapter's: epoch and meta unchanged, meta rewritten. */
-    const commit = async (fill: (atomic: Deno.AtomicOperation) => void, currentSeq: number) => {
-      const atomic = kv.atomic()
-        .check({ key: layout.epochKey, versionstamp: epoch.versionstamp })
-        .check({ key: layout.metaKey, versionstamp: metaVs });
-      fill(atomic);
-      const result = await atomic.set(layout.metaKey, encodeMeta(currentSeq)).commit();
-      if (!result.ok) throw new Error("a check failed");
-      metaVs = result.versionstamp;
-    };
-    for (let first = 1; first <= jobs; first += perCommit) {
-      const seqs = Array.from(
-        { length: Math.min(perCommit, jobs - first + 1) },
-        (_, i) => first + i,
-      );
-      seq = seqs.at(-1)!;
-      await commit((atomic) => {
-        for (const s of seqs) {
-          const job = encodeJob(encoder.encode(`job-${s}`), encoder.encode(`{"n":${s}}`));
-          atomic.set(layout.jobKey(s), job.record);
-        }
-      }, seq);
-      await commit((atomic) => {
-        for (const s of seqs) {
-          atomic.set(layout.flagsKey(s), encodeFlags({ accepted: true, confirmed: false }));
-        }
-      }, seq);
-      await commit((atomic) => {
-        for (const s of seqs) atomic.delete(layout.jobKey(s)).delete(layout.flagsKey(s));
-      }, seq);
-    }
-  });
+  return onFreshKv(jobs, (kv) => rawKvWrites(kv, jobs, perCommit));
 }
 
 /** Producer → controller → KV queue → 4 in-process workers. */

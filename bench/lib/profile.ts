@@ -1,7 +1,8 @@
 /**
- * CPU profiles of a benchmark process through `node:inspector` (Deno 2.9 has no `--cpu-prof`;
- * the inspector's Profiler domain works in process). Written as `.cpuprofile` files that
- * Chrome DevTools opens and `bench/tools/profile_top.ts` summarizes.
+ * CPU profiles of a benchmark process through `node:inspector`, started and stopped around the
+ * part worth profiling (whole-process profiles: `deno run --cpu-prof` / `bun --cpu-prof`), and
+ * their summary: self time by function and by file. Written as `.cpuprofile` files that Chrome
+ * DevTools opens and `bench/tools/profile_top.ts` summarizes.
  *
  * Enabled by the `--profile=<dir>` flag of `bench/run.ts`, which passes
  * `WORKPULL_BENCH_PROFILE=<dir>` to the worker processes.
@@ -9,7 +10,7 @@
  * @module
  */
 
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 interface InspectorSession {
@@ -47,4 +48,56 @@ export async function stopProfiling(dir: string, name: string): Promise<string |
   const path = join(dir, `${name}.cpuprofile`);
   writeFileSync(path, JSON.stringify(profile));
   return path;
+}
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+}
+interface Profile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+/** Self time (ms) per function key and per file, plus the total sampled time. */
+export function summarize(profile: Profile): {
+  total: number;
+  byFunction: Map<string, number>;
+  byFile: Map<string, number>;
+} {
+  const nodes = new Map(profile.nodes.map((node) => [node.id, node]));
+  const self = new Map<number, number>();
+  for (let i = 0; i < profile.samples.length; i++) {
+    const delta = (profile.timeDeltas[i + 1] ?? 0) / 1000;
+    self.set(profile.samples[i], (self.get(profile.samples[i]) ?? 0) + delta);
+  }
+  const byFunction = new Map<string, number>();
+  const byFile = new Map<string, number>();
+  let total = 0;
+  for (const [id, ms] of self) {
+    const { functionName, url, lineNumber } = nodes.get(id)!.callFrame;
+    const file = url.replace(/^.*\/(src|bench|node_modules)\//, "$1/") || "(native)";
+    const key = `${functionName || "(anonymous)"} ${file}:${lineNumber + 1}`;
+    byFunction.set(key, (byFunction.get(key) ?? 0) + ms);
+    byFile.set(file, (byFile.get(file) ?? 0) + ms);
+    total += ms;
+  }
+  return { total, byFunction, byFile };
+}
+
+/** Print a `.cpuprofile`'s hottest files and functions (self time). */
+export function printTop(path: string, files = 15, functions = 30): void {
+  const { total, byFunction, byFile } = summarize(JSON.parse(readFileSync(path, "utf8")));
+  const show = (title: string, map: Map<string, number>, count: number) => {
+    console.log(`  ${title}`);
+    for (const [key, ms] of [...map].sort((a, b) => b[1] - a[1]).slice(0, count)) {
+      console.log(
+        `    ${ms.toFixed(1).padStart(9)} ms ${(100 * ms / total).toFixed(1).padStart(5)}%  ${key}`,
+      );
+    }
+  };
+  console.log(`${path}: ${total.toFixed(0)} ms sampled`);
+  if (files > 0) show("by file", byFile, files);
+  show("by function (self)", byFunction, functions);
 }

@@ -14,14 +14,11 @@
 import { join } from "node:path";
 import process from "node:process";
 import { DenoKvWorkQueue } from "../../deno_kv.ts";
-import { encodeEpoch, encodeFlags, encodeJob, encodeMeta } from "../../src/queue/deno_kv_codec.ts";
-import { KvQueueLayout } from "../../src/queue/deno_kv_layout.ts";
+import { rawKvWrites } from "../lib/raw_kv.ts";
 import { now, runtimeVersion } from "../lib/runtime.ts";
 import { WorkpullSetup } from "../lib/setups.ts";
 import { median, round } from "../lib/stats.ts";
 import { makeTempDir, removeTempDir } from "../lib/tmp.ts";
-
-const encoder = new TextEncoder();
 
 /** Open a fresh KV file in a temporary directory; removed by `close`. */
 async function freshKv(): Promise<{ kv: Deno.Kv; close(): void }> {
@@ -36,46 +33,12 @@ async function freshKv(): Promise<{ kv: Deno.Kv; close(): void }> {
   };
 }
 
-/** The adapter's three commits per job, `perCommit` jobs in each; jobs/s. */
+/** The adapter's three commits per job, `perCommit` jobs in each (`lib/raw_kv.ts`); jobs/s. */
 async function raw(jobs: number, perCommit: number): Promise<number> {
   const { kv, close } = await freshKv();
   try {
-    const layout = new KvQueueLayout(["workpull"]);
-    const epoch = await kv.atomic().set(layout.epochKey, encodeEpoch(1)).commit();
-    if (!epoch.ok) throw new Error("cannot write the epoch");
-    let metaVs: string | null = null;
-    const commit = async (fill: (atomic: Deno.AtomicOperation) => void, currentSeq: number) => {
-      const atomic = kv.atomic()
-        .check({ key: layout.epochKey, versionstamp: epoch.versionstamp })
-        .check({ key: layout.metaKey, versionstamp: metaVs });
-      fill(atomic);
-      const result = await atomic.set(layout.metaKey, encodeMeta(currentSeq)).commit();
-      if (!result.ok) throw new Error("a check failed");
-      metaVs = result.versionstamp;
-    };
     const started = now();
-    for (let first = 1; first <= jobs; first += perCommit) {
-      const last = Math.min(jobs, first + perCommit - 1);
-      await commit((atomic) => {
-        for (let s = first; s <= last; s++) {
-          const job = encodeJob(
-            encoder.encode(crypto.randomUUID()),
-            encoder.encode(JSON.stringify({ n: s })),
-          );
-          atomic.set(layout.jobKey(s), job.record);
-        }
-      }, last);
-      await commit((atomic) => {
-        for (let s = first; s <= last; s++) {
-          atomic.set(layout.flagsKey(s), encodeFlags({ accepted: true, confirmed: false }));
-        }
-      }, last);
-      await commit((atomic) => {
-        for (let s = first; s <= last; s++) {
-          atomic.delete(layout.jobKey(s)).delete(layout.flagsKey(s));
-        }
-      }, last);
-    }
+    await rawKvWrites(kv, jobs, perCommit);
     return jobs / ((now() - started) / 1000);
   } finally {
     close();

@@ -11,13 +11,12 @@
  * @module
  */
 
-import { mkdirSync, readFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import process from "node:process";
 import { BufferedProducer, type Link, WorkPullingController } from "../../mod.ts";
-import { startProfiling, stopProfiling } from "../lib/profile.ts";
+import { printTop, startProfiling, stopProfiling } from "../lib/profile.ts";
 import { median } from "../lib/stats.ts";
 import { repoPath } from "../lib/runtime.ts";
-import { summarize } from "./profile_top.ts";
 
 const args = process.argv.slice(2).filter((arg) => !arg.startsWith("--"));
 const jobs = Number(args[0] ?? 300_000);
@@ -104,13 +103,7 @@ console.log(
 if (profile) {
   const dir = repoPath(".tmp", "profiles");
   mkdirSync(dir, { recursive: true });
-  const path = (await stopProfiling(dir, "controller_cpu"))!;
-  const { total, byFunction } = summarize(JSON.parse(readFileSync(path, "utf8")));
-  for (const [key, ms] of [...byFunction].sort((a, b) => b[1] - a[1]).slice(0, 40)) {
-    console.log(
-      `  ${ms.toFixed(0).padStart(6)} ms ${(100 * ms / total).toFixed(1).padStart(5)}%  ${key}`,
-    );
-  }
+  printTop((await stopProfiling(dir, "controller_cpu"))!, 0, 40);
 }
 await controller.close();
 process.exit(0);

@@ -8,7 +8,7 @@
  * @module
  */
 
-import { mkdirSync, readFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import process from "node:process";
 import {
   BufferedProducer,
@@ -16,9 +16,8 @@ import {
   WorkerEndpoint,
   WorkPullingController,
 } from "../../mod.ts";
-import { startProfiling, stopProfiling } from "../lib/profile.ts";
+import { printTop, startProfiling, stopProfiling } from "../lib/profile.ts";
 import { repoPath } from "../lib/runtime.ts";
-import { summarize } from "./profile_top.ts";
 
 const jobs = Number(process.argv[2] ?? 300_000);
 const rounds = Number(process.argv[3] ?? 3);
@@ -62,13 +61,7 @@ console.log(
 if (profile) {
   const dir = repoPath(".tmp", "profiles");
   mkdirSync(dir, { recursive: true });
-  const path = (await stopProfiling(dir, "inprocess"))!;
-  const { total, byFunction } = summarize(JSON.parse(readFileSync(path, "utf8")));
-  for (const [key, ms] of [...byFunction].sort((a, b) => b[1] - a[1]).slice(0, 40)) {
-    console.log(
-      `  ${ms.toFixed(0).padStart(6)} ms ${(100 * ms / total).toFixed(1).padStart(5)}%  ${key}`,
-    );
-  }
+  printTop((await stopProfiling(dir, "inprocess"))!, 0, 40);
 }
 await controller.close();
 process.exit(0);

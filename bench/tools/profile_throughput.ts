@@ -22,9 +22,7 @@ mkdirSync(dir, { recursive: true });
 process.env.WORKPULL_BENCH_PROFILE = dir; // read by lib/setups.ts at import
 
 const { WorkpullSetup } = await import("../lib/setups.ts");
-const { startProfiling, stopProfiling } = await import("../lib/profile.ts");
-const { summarize } = await import("./profile_top.ts");
-const { readFileSync } = await import("node:fs");
+const { printTop, startProfiling, stopProfiling } = await import("../lib/profile.ts");
 
 const setup = await WorkpullSetup.start({ processes, perProcess }, { window: 100 });
 try {
@@ -40,21 +38,7 @@ try {
     paths.push((await worker.next((r) => r.ev === "profiled", "profile")).path as string);
   }
   console.log(`jobs/s per round: ${rates.join(", ")}; wall ${elapsed.toFixed(0)} ms`);
-  for (const path of paths) {
-    const { total, byFunction, byFile } = summarize(JSON.parse(readFileSync(path!, "utf8")));
-    console.log(`\n${path}: ${total.toFixed(0)} ms sampled`);
-    for (const [key, ms] of [...byFile].sort((a, b) => b[1] - a[1]).slice(0, 10)) {
-      console.log(
-        `  ${ms.toFixed(0).padStart(7)} ms ${(100 * ms / total).toFixed(1).padStart(5)}%  ${key}`,
-      );
-    }
-    console.log("  --");
-    for (const [key, ms] of [...byFunction].sort((a, b) => b[1] - a[1]).slice(0, 25)) {
-      console.log(
-        `  ${ms.toFixed(0).padStart(7)} ms ${(100 * ms / total).toFixed(1).padStart(5)}%  ${key}`,
-      );
-    }
-  }
+  for (const path of paths) printTop(path!, 10, 25);
 } finally {
   await setup.close();
 }

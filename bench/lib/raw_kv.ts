@@ -1,0 +1,61 @@
+/**
+ * The raw Deno KV baseline for the durable benchmarks: the `DenoKvWorkQueue` adapter's own
+ * writes done directly with KV atomics, same keys and values. Per job: store it (and rewrite
+ * meta), mark it accepted, delete it when confirmed — three commits, each checking the epoch and
+ * meta versionstamps as the adapter does — with `perCommit` jobs in each commit.
+ *
+ * @module
+ */
+
+import { encodeEpoch, encodeFlags, encodeJob, encodeMeta } from "../../src/queue/deno_kv_codec.ts";
+import { KvQueueLayout } from "../../src/queue/deno_kv_layout.ts";
+
+const encoder = new TextEncoder();
+
+/**
+ * Write `jobs` jobs through `kv` (a fresh store) the way the adapter would.
+ *
+ * @example
+ * ```ts ignore
+ * const kv = await Deno.openKv(":memory:");
+ * await rawKvWrites(kv, 1000, 100);
+ * ```
+ */
+export async function rawKvWrites(kv: Deno.Kv, jobs: number, perCommit: number): Promise<void> {
+  const layout = new KvQueueLayout(["workpull"]);
+  const epoch = await kv.atomic().set(layout.epochKey, encodeEpoch(1)).commit();
+  if (!epoch.ok) throw new Error("cannot write the epoch");
+  let metaVs: string | null = null;
+  /** One commit fenced like the adapter's: epoch and meta unchanged, meta rewritten. */
+  const commit = async (fill: (atomic: Deno.AtomicOperation) => void, currentSeq: number) => {
+    const atomic = kv.atomic()
+      .check({ key: layout.epochKey, versionstamp: epoch.versionstamp })
+      .check({ key: layout.metaKey, versionstamp: metaVs });
+    fill(atomic);
+    const result = await atomic.set(layout.metaKey, encodeMeta(currentSeq)).commit();
+    if (!result.ok) throw new Error("a check failed");
+    metaVs = result.versionstamp;
+  };
+  for (let first = 1; first <= jobs; first += perCommit) {
+    const last = Math.min(jobs, first + perCommit - 1);
+    await commit((atomic) => {
+      for (let s = first; s <= last; s++) {
+        const job = encodeJob(
+          encoder.encode(crypto.randomUUID()),
+          encoder.encode(JSON.stringify({ n: s })),
+        );
+        atomic.set(layout.jobKey(s), job.record);
+      }
+    }, last);
+    await commit((atomic) => {
+      for (let s = first; s <= last; s++) {
+        atomic.set(layout.flagsKey(s), encodeFlags({ accepted: true, confirmed: false }));
+      }
+    }, last);
+    await commit((atomic) => {
+      for (let s = first; s <= last; s++) {
+        atomic.delete(layout.jobKey(s)).delete(layout.flagsKey(s));
+      }
+    }, last);
+  }
+}

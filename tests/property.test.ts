@@ -20,16 +20,7 @@ import {
 } from "../mod.ts";
 import { SimulatedClock } from "../testing.ts";
 import { quiesce } from "./support/harness.ts";
-
-/** mulberry32: a small seeded PRNG. */
-function prng(seed: number) {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { prng } from "./support/waiting.ts";
 
 /** A link pair that records what is outstanding on it, by sequence. */
 class ObservedLink {

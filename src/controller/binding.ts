@@ -38,6 +38,8 @@ export class Binding {
   sentSeq = 0;
   /** Jobs confirmed through this binding (for stats). */
   confirmedCount = 0;
+  /** The worker released its jobs (it is draining): the binding takes no new job. */
+  draining = false;
   /** `(confirmedSeq, currentSeq]`, in order. */
   readonly unconfirmed: Deque<Job> = new Deque();
 
@@ -57,7 +59,7 @@ export class Binding {
 
   /** Jobs that may still be assigned before reaching the worker's demand. */
   get freeDemand(): number {
-    return Math.max(0, this.demandUpTo - this.currentSeq);
+    return this.draining ? 0 : Math.max(0, this.demandUpTo - this.currentSeq);
   }
 
   /** Assign the next sequence to `job`. */
@@ -91,6 +93,25 @@ export class Binding {
   /** The unconfirmed job with sequence `seq`. */
   jobAt(seq: number): Job | undefined {
     return this.unconfirmed.at(seq - this.confirmedSeq - 1);
+  }
+
+  /**
+   * The worker keeps sequences up to `upTo` and hands back the rest: remove and return the jobs
+   * above it, in sequence order. The binding is then draining and takes no new job, so a
+   * released sequence is never reused for another job while an old frame may still carry it.
+   */
+  release(upTo: number): Job[] {
+    const released: Job[] = [];
+    while (this.currentSeq > upTo) {
+      const job = this.unconfirmed.pop()!;
+      this.unconfirmedChars -= job.payload.length;
+      released.push(job);
+      this.currentSeq -= 1;
+    }
+    this.demandUpTo = upTo;
+    this.draining = true;
+    if (this.sentSeq > upTo) this.sentSeq = upTo;
+    return released.reverse();
   }
 
   /** Remove and return every unconfirmed job, in sequence order. */

@@ -40,6 +40,11 @@ export class Binding {
   confirmedCount = 0;
   /** The worker released its jobs (it is draining): the binding takes no new job. */
   draining = false;
+  /**
+   * When the binding last made progress while holding jobs: when its oldest unconfirmed job was
+   * assigned to an empty binding, or when a confirmation last moved (clock ms).
+   */
+  progressAt = 0;
   /** `(confirmedSeq, currentSeq]`, in order. */
   readonly unconfirmed: Deque<Job> = new Deque();
 
@@ -62,8 +67,9 @@ export class Binding {
     return this.draining ? 0 : Math.max(0, this.demandUpTo - this.currentSeq);
   }
 
-  /** Assign the next sequence to `job`. */
-  assign(job: Job): void {
+  /** Assign the next sequence to `job` at time `now`. */
+  assign(job: Job, now: number): void {
+    if (this.currentSeq === this.confirmedSeq) this.progressAt = now;
     this.currentSeq += 1;
     this.unconfirmed.pushBack(job);
     this.unconfirmedChars += job.payload.length;
@@ -76,8 +82,9 @@ export class Binding {
    * Move the cumulative confirmation to `confirmed` and return the jobs it covers, in order.
    * A value at or below the current watermark is a harmless duplicate.
    */
-  advance(confirmed: number): Job[] {
+  advance(confirmed: number, now: number): Job[] {
     if (confirmed <= this.confirmedSeq) return [];
+    this.progressAt = now;
     const done: Job[] = [];
     while (this.confirmedSeq < confirmed) {
       const job = this.unconfirmed.shift()!;

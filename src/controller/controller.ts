@@ -524,7 +524,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     }, this.#options.retryInterval);
   }
 
-  /** Retransmit the open handshake step; end silent links. */
+  /** Retransmit the open handshake step; end silent links and bindings that stopped confirming. */
   #onTick(): void {
     const handshake = this.#handshake;
     if (handshake.phase === "credit") this.#tellProducer((p) => p.onRequestNext(handshake.request));
@@ -540,6 +540,15 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
           "silent",
         );
       }
+    }
+    const maxJobAge = this.#options.maxJobAge;
+    if (maxJobAge > 0) {
+      for (const binding of [...this.#rotation.members]) {
+        if (binding.currentSeq > binding.confirmedSeq && now - binding.progressAt > maxJobAge) {
+          this.#endBinding(binding, "job-age");
+        }
+      }
+      this.#progress();
     }
   }
 
@@ -796,7 +805,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   }
 
   #confirm(binding: Binding, confirmed: number): void {
-    const done = binding.advance(confirmed);
+    const done = binding.advance(confirmed, this.#options.clock.now());
     if (done.length === 0) return;
     this.#totals.confirmed += done.length;
     for (const job of done) {
@@ -934,7 +943,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
           new RangeError(`worker sequence space of ${binding.worker} exhausted`),
         );
       }
-      binding.assign(this.#pending.shift()!);
+      binding.assign(this.#pending.shift()!, this.#options.clock.now());
       this.#totals.dispatched += 1;
       this.#dirty.add(binding);
     }

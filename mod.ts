@@ -48,6 +48,7 @@ export {
   type ControllerRole,
   type FailureStage,
   FrameRejectedEvent,
+  ProgressEvent,
   type RejectReason,
   ReliableDeliveryFailedEvent,
   RequeuedEvent,
@@ -82,8 +83,11 @@ export {
 export {
   type Accepted,
   type AckFrame,
+  type CancelFrame,
   type ControllerFrame,
   type DeliveryConfirmed,
+  type DoneFrame,
+  type FailFrame,
   type Feature,
   FEATURES,
   type JobsFrame,
@@ -92,6 +96,7 @@ export {
   MAX_WINDOW,
   type Produced,
   type ProducedJob,
+  type ProgressFrame,
   REFUSAL_REASONS,
   type RefusalReason,
   type RefusedFrame,
@@ -107,6 +112,7 @@ export {
   UNBOUND_REASONS,
   type UnboundFrame,
   type WireJob,
+  type WireJobError,
   type WorkerFrame,
 } from "./src/protocol/schemas.ts";
 export {
@@ -120,5 +126,44 @@ export {
   encodeJobsFrame,
 } from "./src/protocol/codec.ts";
 export { JsonText } from "./src/protocol/json_text.ts";
+export {
+  JobChangedEvent,
+  JobFailedError,
+  JobQueue,
+  type JobQueueEventMap,
+  type JobQueueOptions,
+  type JobQueueStats,
+  type JobReceipt,
+  type NewJobInput,
+} from "./src/backlog/job_queue.ts";
+export {
+  type BacklogCounts,
+  BacklogFullError,
+  type DeadLetterPage,
+  type EnqueueResult,
+  type JobStore,
+  type JobStoreListener,
+  type JobStoreSettings,
+  type NewJob,
+  type ReadyJob,
+} from "./src/backlog/job_store.ts";
+export { MemoryJobStore, type MemoryJobStoreOptions } from "./src/backlog/memory_job_store.ts";
+export type { StoreSettingsOptions } from "./src/backlog/store_settings.ts";
+export { BacklogProducer } from "./src/backlog/backlog_producer.ts";
+export type {
+  Backoff,
+  JobOptions,
+  JobPlan,
+  LifecycleDefaults,
+  ResolvedBackoff,
+  ResolvedDefaults,
+} from "./src/lifecycle/job_options.ts";
+export type {
+  JobError,
+  JobInfo,
+  JobOutcome,
+  JobRecord,
+  JobState,
+} from "./src/lifecycle/job_record.ts";
 export * from "./src/queue/work_queue.ts";
 export { MemoryWorkQueue } from "./src/queue/memory_queue.ts";

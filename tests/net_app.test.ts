@@ -111,6 +111,7 @@ test("POST /jobs refuses bad bodies with 400 and large ones with 413, submitting
       dispatched: 0,
       confirmed: 0,
       requeued: 0,
+      failed: 0,
     });
   } finally {
     await close();

@@ -65,8 +65,14 @@ class ObservedLink {
         const decoded = decodeWorkerFrame(frame);
         if (decoded.ok && decoded.frame.type !== "register") {
           const frame = decoded.frame;
+          // done and fail (job queues only) confirm through their seq; progress confirms nothing.
+          const confirmed = "confirmed" in frame
+            ? frame.confirmed
+            : frame.type === "progress"
+            ? 0
+            : frame.seq;
           for (const seq of this.outstanding.keys()) {
-            if (seq <= frame.confirmed) this.outstanding.delete(seq);
+            if (seq <= confirmed) this.outstanding.delete(seq);
             // A draining worker handed back everything after `upTo` and will not run it.
             if (frame.type === "release" && seq > frame.upTo) this.outstanding.delete(seq);
           }

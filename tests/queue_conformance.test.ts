@@ -1,6 +1,7 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryWorkQueue } from "../src/queue/memory_queue.ts";
+import { MemoryJobStore } from "../src/backlog/memory_job_store.ts";
 import {
   type ConformanceCase,
   ConformanceSkipError,
@@ -14,6 +15,13 @@ import { BrokenWorkQueue, QUEUE_FAULTS, type QueueFault } from "../src/testing/b
 const memory: QueueFactory = { open: () => ({ queue: new MemoryWorkQueue(), close() {} }) };
 
 await runWorkQueueConformance("MemoryWorkQueue conformance", memory, { test, describe });
+
+// A job store is also the controller's work queue: it keeps the same contract.
+const jobStore: QueueFactory = { open: () => ({ queue: new MemoryJobStore(), close() {} }) };
+await runWorkQueueConformance("MemoryJobStore conformance (as a work queue)", jobStore, {
+  test,
+  describe,
+});
 
 /** The rules each broken queue must be caught breaking; it must pass every other case. */
 const caught: Record<QueueFault, string[]> = {

@@ -389,7 +389,12 @@ describe("worker endpoint sub-flow", () => {
 
   test("announces its features and leaves an ended binding when told", async () => {
     const { controller, started, releaseNext } = gatedWorker({ window: 10 });
-    assert.deepEqual(controller.registration.features, ["refused", "unbound", "release"]);
+    assert.deepEqual(controller.registration.features, [
+      "refused",
+      "unbound",
+      "release",
+      "outcomes",
+    ]);
     controller.registered("s1", "b1", 1, ["unbound"]);
     controller.jobs(1, ["j1", "j2"]);
     await quiesce();

@@ -12,12 +12,21 @@
  */
 
 import { Deque } from "../core/deque.ts";
+import type { JobOutcome } from "../lifecycle/job_record.ts";
 
 /** A job the controller holds: its identity, store sequence and JSON payload text. */
 export interface Job {
   readonly messageId: string;
   readonly storeSeq: number;
   readonly payload: string;
+  /** Which try this is, when the producer or queue knows (job queues). */
+  readonly attempt?: number;
+  /** How long the try may take, ms (0 or absent: no limit). */
+  readonly timeout?: number;
+  /** Times a worker was lost while this job was its oldest unconfirmed one. */
+  lost?: number;
+  /** Cancelled while at a worker: whatever the worker reports, the try ends as cancelled. */
+  cancelled?: boolean;
 }
 
 /** The link-side state a binding is attached to (owned by the controller). */
@@ -47,6 +56,8 @@ export class Binding {
   progressAt = 0;
   /** `(confirmedSeq, currentSeq]`, in order. */
   readonly unconfirmed: Deque<Job> = new Deque();
+  /** The outcome of a try this worker completed (shared: it says nothing job-specific). */
+  readonly completion: JobOutcome;
 
   /** Creates a fresh binding (sequence space starting at 1). */
   constructor(
@@ -60,7 +71,9 @@ export class Binding {
     public nonce: string,
     /** The worker's declared resend interval (its heartbeat cadence), in ms. */
     public resendInterval: number,
-  ) {}
+  ) {
+    this.completion = Object.freeze({ kind: "completed", worker });
+  }
 
   /** Jobs that may still be assigned before reaching the worker's demand. */
   get freeDemand(): number {
@@ -97,6 +110,16 @@ export class Binding {
     return done;
   }
 
+  /** The sequence of an unconfirmed job, or undefined when this binding does not hold it. */
+  seqOf(job: Job): number | undefined {
+    let index = 0;
+    for (const held of this.unconfirmed) {
+      if (held === job) return this.confirmedSeq + 1 + index;
+      index += 1;
+    }
+    return undefined;
+  }
+
   /** The unconfirmed job with sequence `seq`. */
   jobAt(seq: number): Job | undefined {
     return this.unconfirmed.at(seq - this.confirmedSeq - 1);
@@ -119,6 +142,11 @@ export class Binding {
     this.draining = true;
     if (this.sentSeq > upTo) this.sentSeq = upTo;
     return released.reverse();
+  }
+
+  /** The oldest unconfirmed job (the one the worker is running, or will run next). */
+  head(): Job | undefined {
+    return this.unconfirmed.peek();
   }
 
   /** Remove and return every unconfirmed job, in sequence order. */

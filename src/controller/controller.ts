@@ -43,10 +43,14 @@ import {
 } from "../protocol/codec.ts";
 import {
   type AckFrame,
+  type DoneFrame,
+  type FailFrame,
   FEATURES,
   MAX_SEQ,
   MAX_WINDOW,
+  type ProducedJob,
   ProducedSchema,
+  type ProgressFrame,
   type RefusalReason,
   type RegisterFrame,
   type ReleaseFrame,
@@ -73,6 +77,7 @@ import {
   ControllerRestartedEvent,
   type FailureStage,
   FrameRejectedEvent,
+  ProgressEvent,
   ReliableDeliveryFailedEvent,
   RequeuedEvent,
   type UnbindReason,
@@ -87,6 +92,7 @@ import {
 } from "./options.ts";
 import type { ProducerEndpoint, ProducerPort } from "./producer_contract.ts";
 import { RoundRobin } from "./round_robin.ts";
+import type { JobOutcome } from "../lifecycle/job_record.ts";
 
 /** The controller's lifecycle. */
 export type ControllerState = "idle" | "loading" | "running" | "failed" | "closed";
@@ -149,7 +155,15 @@ export interface ControllerStats {
     readonly confirmed: number;
     /** Jobs returned to the pool from ended bindings. */
     readonly requeued: number;
+    /** Tries that ended as failures (outcomes only: reported, timed out, or workers lost). */
+    readonly failed: number;
   };
+}
+
+/** What a producer may say about a job's try. */
+interface Tries {
+  readonly attempt?: number;
+  readonly timeout?: number;
 }
 
 type Handshake =
@@ -161,6 +175,8 @@ type Handshake =
     readonly ids: readonly string[];
     /** Results known without a store, by position. */
     readonly known: readonly (StoreResult | undefined)[];
+    /** Each job's try number and timeout, by position (job queues). */
+    readonly tries: readonly Tries[] | undefined;
     /** The MessageIDs to accept into the pool (recently completed ones are not). */
     readonly accept: readonly string[];
   }
@@ -193,6 +209,17 @@ interface Connection {
 }
 
 const IDLE: Handshake = { phase: "idle" };
+const CANCELLED: JobOutcome = Object.freeze({ kind: "cancelled" });
+/** A progress value larger than this (characters of JSON) is dropped. */
+const MAX_PROGRESS_CHARS = 4096;
+/** Why a binding ended that means its worker was lost while running its oldest job. */
+const LOST_REASONS: ReadonlySet<UnbindReason> = new Set([
+  "disconnected",
+  "silent",
+  "backpressure",
+  "job-age",
+  "replaced",
+]);
 const NO_FEATURES: ReadonlySet<string> = new Set();
 const KNOWN_FEATURES: ReadonlySet<string> = new Set(FEATURES);
 const NOTICE_REASONS: ReadonlySet<string> = new Set(UNBOUND_REASONS);
@@ -270,7 +297,9 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   #draining = false;
   readonly #dirty = new Set<Binding>();
 
-  #totals = { stored: 0, accepted: 0, dispatched: 0, confirmed: 0, requeued: 0 };
+  #totals = { stored: 0, accepted: 0, dispatched: 0, confirmed: 0, requeued: 0, failed: 0 };
+  /** MessageIDs cancelled before the controller held them: ended at once if they arrive. */
+  readonly #cancelRequests = new RecentMap<string, true>(10_000);
   /** Set by `drain()`: nothing more is dispatched or asked for. */
   #stopping: Promise<void> | undefined;
   /** Called once a drain's work is done. */
@@ -403,6 +432,51 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     };
   }
 
+  /**
+   * Cancel a job (for job queues, whose controller reports outcomes). A job in the pool ends at
+   * once; a job at a worker ends cancelled when the worker reports it (a worker with feature
+   * `outcomes` is told to abort it; `delivery.signal` aborts); a job the controller does not hold
+   * yet ends as soon as it arrives. Resolves to where it was.
+   */
+  cancel(messageId: string): Promise<"pending" | "active" | "unknown"> {
+    return new Promise((resolve) =>
+      this.#post(() => {
+        if (!this.#options.outcomes || this.#state !== "running") return resolve("unknown");
+        const job = this.#owned.get(messageId);
+        if (!job) {
+          this.#cancelRequests.set(messageId, true);
+          return resolve("unknown");
+        }
+        if (this.#pending.remove((held) => held === job)) {
+          this.#owned.delete(messageId);
+          this.#lane!.confirmWith(messageId, CANCELLED);
+          this.#pumpLane();
+          return resolve("pending");
+        }
+        job.cancelled = true;
+        for (const binding of this.#rotation.members) {
+          const seq = binding.seqOf(job);
+          if (seq === undefined) continue;
+          const connection = this.#linkOf.get(binding);
+          if (connection?.features.has("outcomes")) {
+            connection.link.send(encodeFrame({ type: "cancel", session: this.#session, seq }));
+          }
+        }
+        resolve("active");
+      })
+    );
+  }
+
+  /** Where a job is: `pending` in the pool, a worker name at that worker, or undefined. */
+  locate(messageId: string): string | undefined {
+    const job = this.#owned.get(messageId);
+    if (!job) return undefined;
+    for (const binding of this.#rotation.members) {
+      if (binding.seqOf(job) !== undefined) return binding.worker;
+    }
+    return "pending";
+  }
+
   /** A snapshot of the pool, the workers and the totals. */
   stats(): ControllerStats {
     return {
@@ -470,8 +544,8 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     // Recent completions the queue kept: a resubmission of one keeps its sequence and does not
     // run again, across a restart too.
     for (const { messageId, seq } of recentlyCompleted ?? []) this.#completed.set(messageId, seq);
-    for (const { messageId, seq, payload } of unconfirmed) {
-      const job: Job = { messageId, storeSeq: seq, payload };
+    for (const { messageId, seq, payload, attempt, timeout } of unconfirmed) {
+      const job: Job = { messageId, storeSeq: seq, payload, attempt, timeout };
       this.#pending.pushBack(job);
       this.#owned.set(messageId, job);
     }
@@ -542,14 +616,26 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
       }
     }
     const maxJobAge = this.#options.maxJobAge;
-    if (maxJobAge > 0) {
-      for (const binding of [...this.#rotation.members]) {
-        if (binding.currentSeq > binding.confirmedSeq && now - binding.progressAt > maxJobAge) {
-          this.#endBinding(binding, "job-age");
-        }
+    for (const binding of [...this.#rotation.members]) {
+      const head = binding.head();
+      if (!head) continue;
+      const age = now - binding.progressAt;
+      // A try with a timeout that the worker did not report ended in time (it is frozen, or does
+      // not know timeouts) fails here, so a late success is never confirmed after a retry.
+      const grace = 2 * binding.resendInterval;
+      if (this.#options.outcomes && head.timeout && age > head.timeout + grace) {
+        const message = `the try took longer than its timeout of ${head.timeout} ms`;
+        this.#confirm(binding, binding.confirmedSeq + 1, {
+          kind: "failed",
+          worker: binding.worker,
+          error: { name: "TimeoutError", message },
+        });
+        continue;
       }
-      this.#progress();
+      const limit = head.timeout ? Math.max(maxJobAge, head.timeout + grace) : maxJobAge;
+      if (maxJobAge > 0 && age > limit) this.#endBinding(binding, "job-age");
     }
+    this.#progress();
   }
 
   // ------------------------------------------------------------------------------------------
@@ -595,7 +681,8 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
           size += job.payload.length + job.messageId.length;
         }
         binding.sentSeq += jobs.length;
-        connection.link.send(encodeJobsFrame(this.#session, first, jobs));
+        const withTries = connection.features.has("outcomes");
+        connection.link.send(encodeJobsFrame(this.#session, first, jobs, withTries));
       }
     }
     this.#dirty.clear();
@@ -610,10 +697,21 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     if (!decoded.ok) return this.#refuse(connection, decoded);
     connection.lastHeard = this.#options.clock.now();
     const frame: WorkerFrame = decoded.frame;
-    if (frame.type === "register") this.#onRegister(connection, frame);
-    else if (frame.type === "request") this.#onRequest(connection, frame);
-    else if (frame.type === "ack") this.#onAck(connection, frame);
-    else this.#onRelease(connection, frame);
+    switch (frame.type) {
+      case "register":
+        return this.#onRegister(connection, frame);
+      case "request":
+        return this.#onRequest(connection, frame);
+      case "ack":
+        return this.#onAck(connection, frame);
+      case "release":
+        return this.#onRelease(connection, frame);
+      case "done":
+      case "fail":
+        return this.#onOutcome(connection, frame);
+      case "progress":
+        return this.#onProgress(connection, frame);
+    }
   }
 
   /** A frame that cannot be used: say why, end the binding and close the link. */
@@ -635,7 +733,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   }
 
   #onRegister(connection: Connection, frame: RegisterFrame): void {
-    connection.features = agreedFeatures(frame.features);
+    connection.features = agreedFeatures(frame.features, this.#options.outcomes);
     if (frame.producer !== this.#options.name) {
       return this.#refuseRegistration(
         connection,
@@ -755,7 +853,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   /** The binding `frame` speaks for, or undefined when it is stale (dropped silently). */
   #current(
     connection: Connection,
-    frame: RequestFrame | AckFrame | ReleaseFrame,
+    frame: RequestFrame | AckFrame | ReleaseFrame | DoneFrame | FailFrame | ProgressFrame,
   ): Binding | undefined {
     const binding = connection.binding;
     if (!binding || frame.session !== this.#session || frame.nonce !== binding.nonce) {
@@ -804,22 +902,78 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     this.#progress();
   }
 
-  #confirm(binding: Binding, confirmed: number): void {
+  /**
+   * Cut a binding's confirmed prefix: those jobs are done. When the controller reports outcomes,
+   * `last` is how the try of the job at `confirmed` ended (the others completed), and a job
+   * cancelled while at the worker ends cancelled whatever the worker says.
+   */
+  #confirm(binding: Binding, confirmed: number, last?: JobOutcome): void {
     const done = binding.advance(confirmed, this.#options.clock.now());
     if (done.length === 0) return;
     this.#totals.confirmed += done.length;
-    for (const job of done) {
+    const outcomes = this.#options.outcomes;
+    for (let i = 0; i < done.length; i++) {
+      const job = done[i];
       this.#owned.delete(job.messageId);
-      this.#completed.set(job.messageId, job.storeSeq);
+      let outcome: JobOutcome | undefined;
+      if (outcomes) {
+        outcome = job.cancelled
+          ? { kind: "cancelled", worker: binding.worker }
+          : last && i === done.length - 1
+          ? last
+          : binding.completion;
+        if (outcome.kind === "failed") this.#totals.failed += 1;
+        this.#lane!.confirmWith(job.messageId, outcome);
+      }
+      if (!outcome || outcome.kind === "completed") {
+        this.#completed.set(job.messageId, job.storeSeq);
+      }
       if (this.#options.deliveryConfirmation) {
         const notice = { session: this.#session, messageId: job.messageId, seq: job.storeSeq };
         this.#tellProducer((p) => p.onDeliveryConfirmed?.(notice));
       }
     }
     if (this.#lane) {
-      this.#lane.confirm(done.map((job) => job.messageId));
+      if (!outcomes) this.#lane.confirm(done.map((job) => job.messageId));
       this.#pumpLane();
     }
+  }
+
+  /** Feature `outcomes`: the worker says how the try of the job at `seq` ended. */
+  #onOutcome(connection: Connection, frame: DoneFrame | FailFrame): void {
+    if (!connection.features.has("outcomes")) {
+      return this.#refuse(connection, {
+        ok: false,
+        reason: "invalid-frame",
+        detail: `${frame.type}: feature outcomes was not agreed`,
+      });
+    }
+    const binding = this.#current(connection, frame);
+    if (!binding || frame.seq <= binding.confirmedSeq) return; // a repeat, or ended already
+    if (frame.seq > binding.currentSeq) {
+      this.#endBinding(binding, "illegal-confirmation");
+      return this.#progress();
+    }
+    const worker = binding.worker;
+    if (frame.type === "done") {
+      const result = encodePayload(frame.result);
+      this.#confirm(binding, frame.seq, { kind: "completed", worker, result });
+    } else {
+      this.#confirm(binding, frame.seq - 1);
+      this.#confirm(binding, frame.seq, { kind: "failed", worker, error: frame.error });
+    }
+    this.#progress();
+  }
+
+  /** Feature `outcomes`: progress of a job at a worker, passed on as an event. */
+  #onProgress(connection: Connection, frame: ProgressFrame): void {
+    const binding = this.#current(connection, frame);
+    if (!binding || !connection.features.has("outcomes")) return;
+    const job = binding.jobAt(frame.seq);
+    if (!job) return;
+    const text = encodePayload(frame.value);
+    if (text === undefined || text.length > MAX_PROGRESS_CHARS) return; // too large: dropped
+    this.dispatchEvent(new ProgressEvent(job.messageId, binding.worker, frame.value));
   }
 
   #onLinkClosed(connection: Connection, reason: UnbindReason): void {
@@ -897,7 +1051,45 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     this.dispatchEvent(
       new WorkerUnboundEvent(binding.worker, binding.incarnation, binding.id, reason, jobs.length),
     );
-    this.#requeue(binding.worker, jobs);
+    this.#requeue(
+      binding.worker,
+      this.#options.outcomes ? this.#triage(binding, jobs, reason) : jobs,
+    );
+  }
+
+  /**
+   * With outcomes, the jobs of an ended binding that must not simply go back: a cancelled one
+   * ends cancelled, and the oldest one (the one the worker was running) ends as a failed try once
+   * it has lost more than `lostLimit` workers (a job that crashes its worker every time). Returns
+   * the jobs to requeue.
+   */
+  #triage(binding: Binding, jobs: readonly Job[], reason: UnbindReason): Job[] {
+    const requeue: Job[] = [];
+    for (let i = 0; i < jobs.length; i++) {
+      const job = jobs[i];
+      let outcome: JobOutcome | undefined;
+      if (job.cancelled) outcome = { kind: "cancelled", worker: binding.worker };
+      else if (i === 0 && LOST_REASONS.has(reason)) {
+        job.lost = (job.lost ?? 0) + 1;
+        if (job.lost > this.#options.lostLimit) {
+          const message = `its worker was lost ${job.lost} times while running it (${reason})`;
+          outcome = {
+            kind: "failed",
+            worker: binding.worker,
+            error: { name: "WorkerLostError", message },
+          };
+          this.#totals.failed += 1;
+        }
+      }
+      if (!outcome) {
+        requeue.push(job);
+        continue;
+      }
+      this.#owned.delete(job.messageId);
+      this.#lane!.confirmWith(job.messageId, outcome);
+      this.#pumpLane();
+    }
+    return requeue;
   }
 
   /** Return `jobs` (in sequence order) to the head of the pool, in that order. */
@@ -985,7 +1177,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     }
     const message = parsed.output;
     if (message.session !== this.#session) return; // an earlier session's answer
-    const jobs = "jobs" in message
+    const jobs: readonly ProducedJob[] = "jobs" in message
       ? message.jobs
       : [{ messageId: message.messageId, payload: message.payload }];
     const ids = jobs.map((job) => job.messageId);
@@ -1057,7 +1249,10 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
       known.push(undefined);
       unknown.push({ messageId, payload: texts[i] });
     }
-    this.#handshake = { phase: "store", token: message.token, ids, known, accept };
+    const tries = jobs.some((job) => job.attempt !== undefined || job.timeout !== undefined)
+      ? jobs.map(({ attempt, timeout }) => ({ attempt, timeout }))
+      : undefined;
+    this.#handshake = { phase: "store", token: message.token, ids, known, tries, accept };
     if (this.#lane && unknown.length > 0) {
       this.#lane.store(unknown, this.#storeSeq);
       this.#pumpLane();
@@ -1077,13 +1272,14 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   #completeStore(results: readonly StoreResult[]): void {
     const handshake = this.#handshake;
     if (handshake.phase !== "store") return;
-    const { known, ids } = handshake;
+    const { known, ids, tries } = handshake;
     const jobs: Job[] = [];
     const storedJobs: { messageId: string; seq: number }[] = [];
     let next = 0;
     for (let i = 0; i < known.length; i++) {
       const result = known[i] ?? results[next++];
-      jobs.push({ messageId: ids[i], storeSeq: result.seq, payload: result.payload });
+      const job: Job = { messageId: ids[i], storeSeq: result.seq, payload: result.payload };
+      jobs.push(tries ? { ...job, ...tries[i] } : job);
     }
     for (const job of jobs) storedJobs.push({ messageId: job.messageId, seq: job.storeSeq });
     let fresh = 0;
@@ -1139,6 +1335,12 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     for (const job of handshake.jobs) {
       // A resubmission of a job the controller holds, or completed recently, is not dispatched twice.
       if ((accept && !accept.has(job.messageId)) || this.#owned.has(job.messageId)) continue;
+      if (this.#options.outcomes && this.#cancelRequests.has(job.messageId)) {
+        this.#cancelRequests.delete(job.messageId);
+        this.#lane!.confirmWith(job.messageId, CANCELLED);
+        this.#pumpLane();
+        continue;
+      }
       this.#owned.set(job.messageId, job);
       this.#pending.pushBack(job);
       this.#totals.accepted += 1;
@@ -1205,10 +1407,17 @@ function encodePayload(payload: unknown): string | undefined {
   }
 }
 
-/** The features both sides know, from what a worker announced. */
-function agreedFeatures(offered: readonly string[] | undefined): ReadonlySet<string> {
+/** The features both sides use, from what a worker announced (`outcomes` only when on). */
+function agreedFeatures(
+  offered: readonly string[] | undefined,
+  outcomes: boolean,
+): ReadonlySet<string> {
   if (!offered) return NO_FEATURES;
-  return new Set(offered.filter((feature) => KNOWN_FEATURES.has(feature)));
+  return new Set(
+    offered.filter((feature) =>
+      KNOWN_FEATURES.has(feature) && (outcomes || feature !== "outcomes")
+    ),
+  );
 }
 
 function reasonForClose(code: number): UnbindReason {

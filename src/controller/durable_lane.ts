@@ -29,6 +29,7 @@ import {
   type StoreResult,
 } from "../queue/work_queue.ts";
 import type { FailureStage } from "./events.ts";
+import type { JobOutcome } from "../lifecycle/job_record.ts";
 
 /** Retry policy for durable operations. */
 export interface LanePolicy {
@@ -46,6 +47,8 @@ export interface LaneUnit {
   readonly store?: { readonly firstSeq: number; readonly jobs: readonly BatchStoreJob[] };
   readonly accept?: readonly string[];
   readonly confirm: readonly string[];
+  /** How the confirmed tries ended, for those the controller reported an outcome. */
+  readonly outcomes?: ReadonlyMap<string, JobOutcome>;
 }
 
 /** What {@linkcode DurableLane.execute} reports. */
@@ -86,6 +89,7 @@ export class DurableLane {
   epoch = 0;
   #handshake: HandshakeWork | undefined;
   readonly #confirms = new Deque<string>();
+  readonly #outcomes = new Map<string, JobOutcome>();
   #running: LaneUnit | undefined;
   readonly #limits: QueueBatchLimits;
 
@@ -113,6 +117,7 @@ export class DurableLane {
     this.epoch = epoch;
     this.#handshake = undefined;
     this.#confirms.clear();
+    this.#outcomes.clear();
     this.#running = undefined;
   }
 
@@ -131,6 +136,12 @@ export class DurableLane {
     for (const id of ids) this.#confirms.pushBack(id);
   }
 
+  /** Queue one confirmation with the outcome of its try. */
+  confirmWith(id: string, outcome: JobOutcome): void {
+    this.#confirms.pushBack(id);
+    this.#outcomes.set(id, outcome);
+  }
+
   /** Build the next unit when idle and there is work; the caller executes it. */
   next(): LaneUnit | undefined {
     if (this.#running) return undefined;
@@ -144,10 +155,13 @@ export class DurableLane {
       budget.bytes -= bytes;
       return true;
     };
-    let unit: { epoch: number; store?: LaneUnit["store"]; accept?: string[]; confirm: string[] } = {
-      epoch: this.epoch,
-      confirm: [],
-    };
+    let unit: {
+      epoch: number;
+      store?: LaneUnit["store"];
+      accept?: string[];
+      confirm: string[];
+      outcomes?: Map<string, JobOutcome>;
+    } = { epoch: this.epoch, confirm: [] };
     const work = this.#handshake;
     if (work?.kind === "store") {
       const jobs: BatchStoreJob[] = [];
@@ -169,6 +183,11 @@ export class DurableLane {
       const id = this.#confirms.peek()!;
       if (!take(utf8Length(id), !work && unit.confirm.length === 0)) break;
       unit.confirm.push(this.#confirms.shift()!);
+      const outcome = this.#outcomes.get(id);
+      if (outcome) {
+        this.#outcomes.delete(id);
+        (unit.outcomes ??= new Map()).set(id, outcome);
+      }
     }
     if (!unit.store && !unit.accept && unit.confirm.length === 0) return undefined;
     this.#running = unit = Object.freeze(unit);
@@ -224,6 +243,7 @@ export class DurableLane {
         store: unit.store,
         accept: unit.accept,
         confirm: unit.confirm,
+        outcomes: unit.outcomes,
       }, { signal });
       return result.stored;
     }
@@ -241,7 +261,9 @@ export class DurableLane {
       }
     }
     for (const id of unit.accept ?? []) await queue.accept(unit.epoch, id, { signal });
-    for (const id of unit.confirm) await queue.confirmMessage(unit.epoch, id, { signal });
+    for (const id of unit.confirm) {
+      await queue.confirmMessage(unit.epoch, id, { signal, outcome: unit.outcomes?.get(id) });
+    }
     return stored;
   }
 }

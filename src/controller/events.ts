@@ -187,6 +187,31 @@ export class ControllerRestartedEvent extends Event {
   }
 }
 
+/**
+ * A job at a worker reported progress (feature `outcomes`; rate-limited by the worker, at most
+ * 4,096 characters of JSON).
+ *
+ * @example
+ * ```ts
+ * import { ProgressEvent } from "./events.ts";
+ * const event = new ProgressEvent("job-1", "w1", { percent: 40 });
+ * console.assert(event.type === "progress");
+ * ```
+ */
+export class ProgressEvent extends Event {
+  /** Creates the event. */
+  constructor(
+    /** The job's MessageID. */
+    readonly messageId: string,
+    /** The worker running it. */
+    readonly worker: string,
+    /** What the handler reported. */
+    readonly value: unknown,
+  ) {
+    super("progress");
+  }
+}
+
 /** The controller's events by name. */
 export interface ControllerEventMap {
   /** A terminal failure (one per incarnation). */
@@ -201,4 +226,6 @@ export interface ControllerEventMap {
   "frame-rejected": FrameRejectedEvent;
   /** The controller restarted itself after durable retries ran out. */
   "restarted": ControllerRestartedEvent;
+  /** A job at a worker reported progress. */
+  "progress": ProgressEvent;
 }

@@ -61,6 +61,18 @@ export interface WorkPullingControllerOptions {
    * original store sequence and is not dispatched again. Default 10,000 (0 disables).
    */
   readonly dedupeWindow?: number;
+  /**
+   * Report how each try ended (the `outcomes` protocol feature): workers report results and
+   * failures instead of retrying in place, confirmations carry the outcome to the queue, tries
+   * with a timeout that do not end in time fail, and `cancel()` works. Requires `queue` (a job
+   * store applies the outcomes). `JobQueue` turns it on. Default false.
+   */
+  readonly outcomes?: boolean;
+  /**
+   * With `outcomes`: how many times a job may lose the worker running it before that counts as a
+   * failed try. Default 2 (0..1,000).
+   */
+  readonly lostLimit?: number;
   /** The time source. Default: the system clock. */
   readonly clock?: Clock;
 }
@@ -83,6 +95,8 @@ export interface ResolvedControllerOptions {
   readonly maxWorkerFrame: number;
   readonly maxInFlightBytes: number;
   readonly dedupeWindow: number;
+  readonly outcomes: boolean;
+  readonly lostLimit: number;
   readonly clock: Clock;
 }
 
@@ -119,6 +133,12 @@ export function resolveControllerOptions(
         `Cannot create ${OWNER}: option "queue" implements commit without batchLimits`,
       );
     }
+  }
+  const outcomes = booleanOption(OWNER, "outcomes", options.outcomes, false);
+  if (outcomes && !queue) {
+    throw new TypeError(
+      `Cannot create ${OWNER}: option "outcomes" needs a "queue" (a job store) to apply them`,
+    );
   }
   const queueMax = queue?.maxPayloadBytes ?? Number.MAX_SAFE_INTEGER;
   const clock = options.clock ?? systemClock;
@@ -189,6 +209,8 @@ export function resolveControllerOptions(
       1024 * 1024 * 1024,
     ),
     dedupeWindow: integerOption(OWNER, "dedupeWindow", options.dedupeWindow, 10_000, 0, 10_000_000),
+    outcomes,
+    lostLimit: integerOption(OWNER, "lostLimit", options.lostLimit, 2, 0, 1000),
     clock,
   };
 }

@@ -17,6 +17,8 @@
  * deque.pushBack(3);
  * console.assert(deque.pop() === 3);
  * console.assert(deque.shift() === 1 && deque.shift() === 2);
+ * for (const n of [4, 5, 6]) deque.pushBack(n);
+ * console.assert(deque.remove((n) => n === 5) && [...deque].join() === "4,6");
  * ```
  */
 export class Deque<T> {
@@ -78,6 +80,19 @@ export class Deque<T> {
   at(index: number): T | undefined {
     if (index < 0 || index >= this.#length) return undefined;
     return this.#items[(this.#head + index) % this.#items.length];
+  }
+
+  /** Remove the first item that matches; true when one did. O(n). */
+  remove(match: (item: T) => boolean): boolean {
+    for (let i = 0; i < this.#length; i++) {
+      if (!match(this.at(i) as T)) continue;
+      const rest: T[] = [];
+      for (let j = i + 1; j < this.#length; j++) rest.push(this.at(j) as T);
+      while (this.#length > i) this.pop();
+      for (const item of rest) this.pushBack(item);
+      return true;
+    }
+    return false;
   }
 
   /** Remove every item. */

@@ -50,6 +50,11 @@ export class RecentMap<K, V> {
     return this.#slots.has(key);
   }
 
+  /** Forget `key`. */
+  delete(key: K): boolean {
+    return this.#slots.delete(key); // its ring slot is now stale and skipped
+  }
+
   /** Remember `key`; it becomes the newest entry. */
   set(key: K, value: V): void {
     if (this.capacity === 0) return;

@@ -115,11 +115,15 @@ export interface EncodedJob {
   readonly messageId: string;
   /** The payload as JSON text. */
   readonly payload: string;
+  /** Which try this is (sent with feature `outcomes`). */
+  readonly attempt?: number;
+  /** How long the try may take, ms; 0 or absent = no limit (sent with feature `outcomes`). */
+  readonly timeout?: number;
 }
 
 /**
  * Encode a jobs frame with contiguous sequences starting at `seq`, splicing the payloads' JSON
- * text in place.
+ * text in place; `withTries` adds each job's try number and timeout (feature `outcomes`).
  *
  * @example
  * ```ts
@@ -128,11 +132,22 @@ export interface EncodedJob {
  * console.assert(text === '{"type":"jobs","session":"s","seq":7,"jobs":[{"id":"a","payload":{"n":1}}]}');
  * ```
  */
-export function encodeJobsFrame(session: string, seq: number, jobs: readonly EncodedJob[]): string {
+export function encodeJobsFrame(
+  session: string,
+  seq: number,
+  jobs: readonly EncodedJob[],
+  withTries = false,
+): string {
   let text = `{"type":"jobs","session":${JSON.stringify(session)},"seq":${seq},"jobs":[`;
   for (let i = 0; i < jobs.length; i++) {
+    const job = jobs[i];
     if (i > 0) text += ",";
-    text += `{"id":${JSON.stringify(jobs[i].messageId)},"payload":${jobs[i].payload}}`;
+    text += `{"id":${JSON.stringify(job.messageId)},"payload":${job.payload}`;
+    if (withTries) {
+      text += `,"attempt":${job.attempt ?? 1}`;
+      if (job.timeout) text += `,"timeout":${job.timeout}`;
+    }
+    text += "}";
   }
   return text + "]}";
 }

@@ -19,6 +19,7 @@ const fromStringify = Symbol("JsonText");
  * const payload = JsonText.encode(order);
  * order.items.push("cake"); // the payload is a snapshot
  * console.assert(payload.text === '{"id":7,"items":["tea"]}');
+ * console.assert(JsonText.fromStored(payload.text).text === payload.text);
  * ```
  */
 export class JsonText {
@@ -44,6 +45,19 @@ export class JsonText {
     }
     if (text === undefined) {
       throw new TypeError("Cannot encode the payload: it is not JSON-serializable");
+    }
+    return new JsonText(fromStringify, text);
+  }
+
+  /**
+   * Wrap JSON text read back from a store (which kept what `encode` made); throws a `TypeError`
+   * when it is not valid JSON, so damaged storage cannot put a broken frame on the wire.
+   */
+  static fromStored(text: string): JsonText {
+    try {
+      JSON.parse(text);
+    } catch (error) {
+      throw new TypeError("Cannot use a stored payload: it is not valid JSON", { cause: error });
     }
     return new JsonText(fromStringify, text);
   }

@@ -28,8 +28,11 @@ export const MAX_WINDOW = 10_000;
  * - `refused`: the controller answers a refused registration with a `refused` frame.
  * - `unbound`: the controller tells a worker whose binding it ended while the link stays open.
  * - `release`: the worker may hand back jobs it has not started (`release`), when draining.
+ * - `outcomes`: jobs carry their try number and timeout; the worker reports how each try ended
+ *   (`done` with a result, `fail` with an error) and its progress, and the controller may
+ *   `cancel` a job. Offered by a controller that runs a job queue (retries, dead letters).
  */
-export const FEATURES = ["refused", "unbound", "release"] as const;
+export const FEATURES = ["refused", "unbound", "release", "outcomes"] as const;
 
 /** A protocol feature (see {@linkcode FEATURES}). */
 export type Feature = (typeof FEATURES)[number];
@@ -105,12 +108,60 @@ export const ReleaseFrameSchema = v.strictObject({
   upTo: seq,
 });
 
+/** The largest length of a reported error's name. */
+export const MAX_ERROR_NAME = 128;
+/** The largest length of a reported error's message. */
+export const MAX_ERROR_MESSAGE = 2048;
+
+/** A failed try's error as a worker reports it. */
+export const JobErrorSchema = v.strictObject({
+  name: v.pipe(v.string(), v.maxLength(MAX_ERROR_NAME)),
+  message: v.pipe(v.string(), v.maxLength(MAX_ERROR_MESSAGE)),
+});
+
+/**
+ * Feature `outcomes`: the try of the job at `seq` succeeded with a result. Confirms cumulatively
+ * through `seq`.
+ */
+export const DoneFrameSchema = v.strictObject({
+  type: v.literal("done"),
+  session: id,
+  nonce: id,
+  seq: positiveSeq,
+  /** The handler's return value (JSON). */
+  result: v.unknown(),
+});
+
+/**
+ * Feature `outcomes`: the try of the job at `seq` failed (rejected, timed out or cancelled).
+ * Confirms cumulatively through `seq - 1`; the job leaves the worker's window.
+ */
+export const FailFrameSchema = v.strictObject({
+  type: v.literal("fail"),
+  session: id,
+  nonce: id,
+  seq: positiveSeq,
+  error: JobErrorSchema,
+});
+
+/** Feature `outcomes`: the job at `seq` reports progress (any JSON, small). */
+export const ProgressFrameSchema = v.strictObject({
+  type: v.literal("progress"),
+  session: id,
+  nonce: id,
+  seq: positiveSeq,
+  value: v.unknown(),
+});
+
 /** Any frame a worker may send. */
 export const WorkerFrameSchema = v.variant("type", [
   RegisterFrameSchema,
   RequestFrameSchema,
   AckFrameSchema,
   ReleaseFrameSchema,
+  DoneFrameSchema,
+  FailFrameSchema,
+  ProgressFrameSchema,
 ]);
 
 // ---------------------------------------------------------------------------------------------
@@ -135,6 +186,10 @@ export const WireJobSchema = v.strictObject({
   id: id,
   /** The job's JSON value. */
   payload: v.unknown(),
+  /** Feature `outcomes`: which try this is (1 for the first). */
+  attempt: v.optional(positiveSeq),
+  /** Feature `outcomes`: how long the try may take, ms (absent: no limit). */
+  timeout: v.optional(v.pipe(v.number(), v.safeInteger(), v.minValue(1))),
 });
 
 /** Jobs with contiguous sequences `seq`, `seq + 1`, ... in one frame. */
@@ -181,6 +236,13 @@ export const UnboundFrameSchema = v.strictObject({
   reason: v.picklist(UNBOUND_REASONS),
 });
 
+/** Feature `outcomes`: stop the job at `seq` (abort it if running, skip it if not started). */
+export const CancelFrameSchema = v.strictObject({
+  type: v.literal("cancel"),
+  session: id,
+  seq: positiveSeq,
+});
+
 /** Any frame the controller may send. */
 export const ControllerFrameSchema = v.variant("type", [
   RegisteredFrameSchema,
@@ -188,6 +250,7 @@ export const ControllerFrameSchema = v.variant("type", [
   ResetFrameSchema,
   RefusedFrameSchema,
   UnboundFrameSchema,
+  CancelFrameSchema,
 ]);
 
 // ---------------------------------------------------------------------------------------------
@@ -205,6 +268,10 @@ export const RequestNextSchema = v.strictObject({
 export const ProducedJobSchema = v.strictObject({
   messageId: id,
   payload: v.unknown(),
+  /** Optional: which try this is (a job queue's producer knows). */
+  attempt: v.optional(positiveSeq),
+  /** Optional: how long the try may take, ms (0 = no limit). */
+  timeout: v.optional(v.pipe(v.number(), v.safeInteger(), v.minValue(0))),
 });
 
 /** The answer to a grant: one job, or a batch of jobs each with its own MessageID. */
@@ -304,8 +371,65 @@ export interface ReleaseFrame {
   readonly upTo: number;
 }
 
+/** A failed try's error as a worker reports it. */
+export interface WireJobError {
+  /** The error's name (at most 128 characters). */
+  readonly name: string;
+  /** Its message (at most 2,048 characters). */
+  readonly message: string;
+}
+
+/** Feature `outcomes`: the try at `seq` succeeded with a result; confirms through `seq`. */
+export interface DoneFrame {
+  /** The frame type. */
+  readonly type: "done";
+  /** The controller session the worker adopted. */
+  readonly session: string;
+  /** The nonce of the worker's latest registration. */
+  readonly nonce: string;
+  /** The job's sequence. */
+  readonly seq: number;
+  /** The handler's return value. */
+  readonly result: unknown;
+}
+
+/** Feature `outcomes`: the try at `seq` failed; confirms through `seq - 1`. */
+export interface FailFrame {
+  /** The frame type. */
+  readonly type: "fail";
+  /** The controller session the worker adopted. */
+  readonly session: string;
+  /** The nonce of the worker's latest registration. */
+  readonly nonce: string;
+  /** The job's sequence. */
+  readonly seq: number;
+  /** Why. */
+  readonly error: WireJobError;
+}
+
+/** Feature `outcomes`: progress of the job at `seq`. */
+export interface ProgressFrame {
+  /** The frame type. */
+  readonly type: "progress";
+  /** The controller session the worker adopted. */
+  readonly session: string;
+  /** The nonce of the worker's latest registration. */
+  readonly nonce: string;
+  /** The job's sequence. */
+  readonly seq: number;
+  /** Any small JSON value. */
+  readonly value: unknown;
+}
+
 /** Any frame a worker may send. */
-export type WorkerFrame = RegisterFrame | RequestFrame | AckFrame | ReleaseFrame;
+export type WorkerFrame =
+  | RegisterFrame
+  | RequestFrame
+  | AckFrame
+  | ReleaseFrame
+  | DoneFrame
+  | FailFrame
+  | ProgressFrame;
 
 /** The controller accepted a registration. */
 export interface RegisteredFrame {
@@ -329,6 +453,10 @@ export interface WireJob {
   readonly id: string;
   /** The job's JSON value. */
   readonly payload: unknown;
+  /** Feature `outcomes`: which try this is (1 for the first). */
+  readonly attempt?: number;
+  /** Feature `outcomes`: how long the try may take, ms (absent: no limit). */
+  readonly timeout?: number;
 }
 
 /** Jobs with contiguous sequences `seq`, `seq + 1`, ... in one frame. */
@@ -380,13 +508,24 @@ export interface UnboundFrame {
   readonly reason: (typeof UNBOUND_REASONS)[number];
 }
 
+/** Feature `outcomes`: stop the job at `seq`. */
+export interface CancelFrame {
+  /** The frame type. */
+  readonly type: "cancel";
+  /** The controller session. */
+  readonly session: string;
+  /** The job's sequence in the worker's sub-flow. */
+  readonly seq: number;
+}
+
 /** Any frame the controller may send. */
 export type ControllerFrame =
   | RegisteredFrame
   | JobsFrame
   | ResetFrame
   | RefusedFrame
-  | UnboundFrame;
+  | UnboundFrame
+  | CancelFrame;
 
 /** A grant: answer with exactly one {@linkcode Produced} of 1..`maxJobs` jobs. */
 export interface RequestNext {
@@ -404,6 +543,10 @@ export interface ProducedJob {
   readonly messageId: string;
   /** The job's value. */
   readonly payload: unknown;
+  /** Optional: which try this is (a job queue's producer knows). */
+  readonly attempt?: number;
+  /** Optional: how long the try may take, ms (0 = no limit). */
+  readonly timeout?: number;
 }
 
 /** The answer to a grant: one job, or a batch of jobs each with its own MessageID. */
@@ -475,6 +618,10 @@ type Checks = [
   Same<RequestFrame, v.InferOutput<typeof RequestFrameSchema>>,
   Same<AckFrame, v.InferOutput<typeof AckFrameSchema>>,
   Same<ReleaseFrame, v.InferOutput<typeof ReleaseFrameSchema>>,
+  Same<DoneFrame, v.InferOutput<typeof DoneFrameSchema>>,
+  Same<FailFrame, v.InferOutput<typeof FailFrameSchema>>,
+  Same<ProgressFrame, v.InferOutput<typeof ProgressFrameSchema>>,
+  Same<CancelFrame, v.InferOutput<typeof CancelFrameSchema>>,
   Same<RefusedFrame, v.InferOutput<typeof RefusedFrameSchema>>,
   Same<UnboundFrame, v.InferOutput<typeof UnboundFrameSchema>>,
   Same<WorkerFrame, v.InferOutput<typeof WorkerFrameSchema>>,
@@ -492,6 +639,10 @@ type Checks = [
   Same<DeliveryConfirmed, v.InferOutput<typeof DeliveryConfirmedSchema>>,
 ];
 const schemasMatchTypes: Checks = [
+  true,
+  true,
+  true,
+  true,
   true,
   true,
   true,

@@ -26,10 +26,21 @@
 /** A writer epoch returned by {@linkcode DurableWorkQueue.load}: a positive integer. */
 export type QueueEpoch = number;
 
+import type { JobOutcome } from "../lifecycle/job_record.ts";
+
 /** Options every queue operation accepts. */
 export interface QueueCallOptions {
   /** Aborted when the controller gives up on this attempt (its per-attempt timeout). */
   readonly signal?: AbortSignal;
+}
+
+/** Options of {@linkcode DurableWorkQueue.confirmMessage}. */
+export interface ConfirmOptions extends QueueCallOptions {
+  /**
+   * How the try ended, when the controller reports outcomes (a job queue's controller does). A
+   * plain work queue ignores it: to it every confirmation means the job left the worker.
+   */
+  readonly outcome?: JobOutcome;
 }
 
 /** One stored, accepted, not-yet-confirmed job as returned by {@linkcode DurableWorkQueue.load}. */
@@ -40,6 +51,10 @@ export interface UnconfirmedMessage {
   readonly seq: number;
   /** The job payload as JSON text (never empty). */
   readonly payload: string;
+  /** Optional: which try this is (a job store knows; 1 for the first). */
+  readonly attempt?: number;
+  /** Optional: how long the try may take, ms (a job store knows; 0 = no limit). */
+  readonly timeout?: number;
 }
 
 /** A job that was confirmed recently, as an adapter may remember it. */
@@ -117,6 +132,8 @@ export interface QueueBatch {
   readonly accept?: readonly string[];
   /** MessageIDs to confirm. */
   readonly confirm?: readonly string[];
+  /** How the confirmed tries ended, by MessageID (see {@linkcode ConfirmOptions.outcome}). */
+  readonly outcomes?: ReadonlyMap<string, JobOutcome>;
 }
 
 /** The result of {@linkcode DurableWorkQueue.commit}. */
@@ -162,7 +179,7 @@ export interface DurableWorkQueue {
   /** Record that the producer removed the job from its recoverable source. */
   accept(epoch: QueueEpoch, messageId: string, options?: QueueCallOptions): Promise<void>;
   /** Mark one job complete; a no-op for a MessageID already confirmed, compacted or unknown. */
-  confirmMessage(epoch: QueueEpoch, messageId: string, options?: QueueCallOptions): Promise<void>;
+  confirmMessage(epoch: QueueEpoch, messageId: string, options?: ConfirmOptions): Promise<void>;
   /** Optional: apply many operations in one transaction (group commit). */
   commit?(
     epoch: QueueEpoch,

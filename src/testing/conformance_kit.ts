@@ -214,19 +214,29 @@ export function equal(actual: unknown, expected: unknown, what: string): void {
   }
 }
 
+/** Optional, advisory fields of a loaded state: compared only where the expected value names them. */
+const HINTS = new Set(["recentlyCompleted", "attempt", "timeout"]);
+
 /**
- * A loaded state's `recentlyCompleted` is optional and advisory: it counts only where the
- * expected value names it.
+ * `actual` without the optional hints (`recentlyCompleted` of a state; `attempt` and `timeout` of
+ * an unconfirmed job) that `expected` does not name, at any depth.
  */
 function withoutHints(actual: unknown, expected: unknown): unknown {
+  if (Array.isArray(actual) && Array.isArray(expected)) {
+    return actual.map((item, i) => withoutHints(item, expected[i]));
+  }
   if (
-    typeof actual !== "object" || actual === null || typeof expected !== "object" ||
-    expected === null || !("recentlyCompleted" in actual) || "recentlyCompleted" in expected
+    typeof actual !== "object" || actual === null || Array.isArray(actual) ||
+    typeof expected !== "object" || expected === null
   ) {
     return actual;
   }
-  const { recentlyCompleted: _, ...rest } = actual as Record<string, unknown>;
-  return rest;
+  const result: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(actual)) {
+    if (HINTS.has(key) && !(key in expected)) continue;
+    result[key] = withoutHints(value, (expected as Record<string, unknown>)[key]);
+  }
+  return result;
 }
 
 /** What a rejection must be. */

@@ -34,6 +34,13 @@
  * confirmed; if it comes back to this worker, the remembered completion confirms it without
  * running the handler again.
  *
+ * With a job queue's controller (feature `outcomes`) a try's end is reported instead of retried
+ * here: a handler's return value goes back in a `done` frame, a rejection in a `fail` frame and
+ * the job leaves this worker at once (the queue decides on a retry, elsewhere, after a backoff).
+ * A try with a timeout is aborted at its deadline (`signal.reason` is a `TimeoutError`) and
+ * reported failed; a `cancel` aborts the running job or skips a buffered one. In both cases the
+ * worker moves on without waiting for a handler that ignores its signal, and never confirms it.
+ *
  * @module
  */
 
@@ -51,6 +58,8 @@ import { decodeControllerFrame, encodeFrame } from "../protocol/codec.ts";
 import {
   FEATURES,
   type JobsFrame,
+  MAX_ERROR_MESSAGE,
+  MAX_ERROR_NAME,
   MAX_WINDOW,
   type RefusalReason,
   type RefusedFrame,
@@ -68,13 +77,22 @@ export interface Delivery<T = unknown> {
   readonly seq: number;
   /** The job's payload, decoded fresh for this delivery. */
   readonly payload: T;
-  /** 1 for the first run on this worker, then 2, 3... after the handler rejected. */
+  /**
+   * Which try this is: with a job queue, counted across the pool (1 for the first); otherwise 1
+   * for the first run on this worker, then 2, 3... after the handler rejected.
+   */
   readonly attempt: number;
   /**
    * Aborted when the job should stop: the endpoint closed and the drain time ran out, or the
    * controller ended the binding (the job was given to another worker). `signal.reason` says why.
    */
   readonly signal: AbortSignal;
+  /**
+   * Report progress (any JSON value of at most 4,096 characters, else a RangeError): with a job
+   * queue it is visible as an event and in the job's status; sent at most every 100 ms (the
+   * latest value wins). A no-op without a job queue or once the try ended.
+   */
+  progress(value: unknown): void;
 }
 
 /** Options of {@linkcode WorkerEndpoint}. */
@@ -101,6 +119,11 @@ export interface WorkerEndpointOptions<T> {
   readonly ackDelay?: number;
   /** How long `close()` lets the running handler finish before aborting it, ms. Default 10,000. */
   readonly drainTimeout?: number;
+  /**
+   * With a job queue: the largest handler result sent back, in characters of JSON; a larger one
+   * fails the try (`ResultTooLargeError`). Default 16,384 (0..60,000).
+   */
+  readonly maxResultChars?: number;
   /** This start's incarnation id. Default: a random UUID. */
   readonly incarnation?: string;
   /** The time source. Default: the system clock. */
@@ -202,13 +225,34 @@ export class RefusedEvent extends Event {
   }
 }
 
-interface InFlight {
-  readonly seq: number;
+/** A received job. */
+interface Buffered {
   readonly messageId: string;
   readonly payload: unknown;
-  readonly abort: AbortController;
-  attempt: number;
+  /** Its try number across the pool (feature `outcomes`). */
+  readonly attempt?: number;
+  /** Its timeout, ms (feature `outcomes`). */
+  readonly timeout?: number;
 }
+
+interface InFlight extends Buffered {
+  readonly seq: number;
+  readonly abort: AbortController;
+  /** Local tries (without outcomes): 1, then 2, 3... after rejections. */
+  localAttempt: number;
+  /** The deadline timer of a try with a timeout. */
+  deadline?: TimerHandle;
+  /** Its try ended without the handler (timeout, cancel): whatever the handler does is ignored. */
+  abandoned?: boolean;
+  /** Progress waiting for its turn (rate limit), and when progress was last sent. */
+  pendingProgress?: { value: unknown; timer: TimerHandle };
+  lastProgressAt?: number;
+}
+
+/** Sent at most this often per job, ms. */
+const PROGRESS_INTERVAL = 100;
+/** The largest progress value, characters of JSON. */
+const MAX_PROGRESS_CHARS = 4096;
 
 /** How many completed MessageIDs a worker remembers, to confirm a returning job without rerunning it. */
 const REMEMBERED_COMPLETIONS = 1024;
@@ -266,7 +310,12 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   #requestUpTo = 0;
   /** The highest confirmation sent on the current link. */
   #sentConfirmed = -1;
-  readonly #buffer = new Map<number, { messageId: string; payload: unknown }>();
+  readonly #buffer = new Map<number, Buffered>();
+  /** Buffered sequences the controller cancelled: skipped, not run. */
+  readonly #skip = new Set<number>();
+  readonly #maxResultChars: number;
+  /** The controller reports outcomes (feature `outcomes`). */
+  #outcomes = false;
   #inFlight: InFlight | undefined;
   #running = false;
   readonly #completed = new RecentMap<string, true>(REMEMBERED_COMPLETIONS);
@@ -305,6 +354,14 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       ? undefined
       : integerOption(owner, "silenceIntervals", options.silenceIntervals, 4, 2, 1000);
     this.#ackDelay = durationOption(owner, "ackDelay", options.ackDelay, 5, 0, 1000);
+    this.#maxResultChars = integerOption(
+      owner,
+      "maxResultChars",
+      options.maxResultChars,
+      16_384,
+      0,
+      60_000,
+    );
     this.#drainTimeout = durationOption(
       owner,
       "drainTimeout",
@@ -439,8 +496,8 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   #send(frame: WorkerFrame): void {
     if (!this.#link) return;
     this.#sentSinceTick = true;
-    if (frame.type !== "register") {
-      this.#sentConfirmed = frame.confirmed;
+    if (frame.type !== "register" && frame.type !== "progress") {
+      this.#sentConfirmed = "confirmed" in frame ? frame.confirmed : frame.seq;
       this.#ackTimer?.cancel();
       this.#ackTimer = undefined;
     }
@@ -548,6 +605,8 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
         return this.#onRefused(frame);
       case "unbound":
         return this.#onUnbound(frame);
+      case "cancel":
+        return this.#onCancel(frame.session, frame.seq);
       case "reset":
         if (frame.session !== this.#session) this.#register(); // the controller restarted
     }
@@ -557,6 +616,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     if (frame.nonce !== this.#nonce) return;
     this.#sawTraffic = true;
     this.#features = new Set(frame.features ?? []);
+    this.#outcomes = this.#features.has("outcomes");
     if (frame.session !== this.#session || frame.binding !== this.#binding) {
       // A fresh sub-flow. A job still running belongs to the old one: it will not be confirmed.
       this.#session = frame.session;
@@ -593,7 +653,8 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   /** Drop the buffer and the job in flight of a sub-flow that ended. */
   #forgetSubFlow(reason: Error): void {
     this.#buffer.clear();
-    this.#inFlight?.abort.abort(reason);
+    this.#skip.clear();
+    if (this.#inFlight) this.#endTry(this.#inFlight, reason);
     this.#inFlight = undefined;
     this.#retry?.cancel();
     this.#retry = undefined;
@@ -632,7 +693,12 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       if (seq < this.#expectedSeq) return void (duplicate = true);
       if (seq === this.#inFlight?.seq || this.#buffer.has(seq)) return;
       if (this.#buffer.size >= this.window) return; // full: keep the lower ones
-      this.#buffer.set(seq, { messageId: job.id, payload: job.payload });
+      this.#buffer.set(seq, {
+        messageId: job.id,
+        payload: job.payload,
+        attempt: job.attempt,
+        timeout: job.timeout,
+      });
       this.#sawJobs = true;
     });
     if (duplicate) this.#ack(); // heals a confirmation the controller did not see
@@ -656,14 +722,18 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     const next = this.#buffer.get(this.#expectedSeq);
     if (!next) return;
     this.#buffer.delete(this.#expectedSeq);
-    this.#inFlight = {
+    const job: InFlight = {
+      ...next,
       seq: this.#expectedSeq,
-      messageId: next.messageId,
-      payload: next.payload,
       abort: new AbortController(),
-      attempt: 1,
+      localAttempt: 1,
     };
-    this.#run(this.#inFlight);
+    this.#inFlight = job;
+    if (this.#skip.delete(job.seq)) {
+      // Cancelled before it started: report it so, without running it.
+      return this.#reportFailure(job, { name: "CancelledError", message: "the job was cancelled" });
+    }
+    this.#run(job);
   }
 
   #run(job: InFlight): void {
@@ -673,28 +743,159 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       return;
     }
     this.#running = true;
+    const outcomes = this.#outcomes;
+    const attempt = outcomes ? job.attempt ?? 1 : job.localAttempt;
     const delivery: Delivery<T> = {
       messageId: job.messageId,
       seq: job.seq,
       payload: job.payload as T,
-      attempt: job.attempt,
+      attempt,
       signal: job.abort.signal,
+      progress: (value) => this.#progress(job, value),
     };
+    if (outcomes && job.timeout) {
+      job.deadline = this.#clock.setTimeout(() => {
+        const error = new Error(`the try took longer than its timeout of ${job.timeout} ms`);
+        error.name = "TimeoutError";
+        this.#guard(() => this.#abandon(job, error));
+      }, job.timeout);
+    }
     new Promise((resolve) => resolve(this.#handler(delivery))).then(
-      () => {
+      (value) => {
+        if (job.abandoned) return this.#afterRun(); // its try ended already; never confirmed
         this.#running = false;
         this.#processed += 1;
         this.#completed.set(job.messageId, true);
-        this.#guard(() => this.#handled(job));
+        this.#guard(() => outcomes ? this.#succeeded(job, value) : this.#handled(job));
         this.#afterRun();
       },
       (error) => {
+        if (job.abandoned) return this.#afterRun();
         this.#running = false;
-        this.dispatchEvent(new HandlerErrorEvent(job.messageId, job.attempt, error));
-        this.#guard(() => this.#failed(job));
+        this.dispatchEvent(new HandlerErrorEvent(job.messageId, attempt, error));
+        this.#guard(() => outcomes ? this.#reportFailure(job, errorOf(error)) : this.#failed(job));
         this.#afterRun();
       },
     );
+  }
+
+  /** Stop a try that ended without its handler: abort it, report it failed, move on. */
+  #abandon(job: InFlight, reason: Error): void {
+    if (this.#inFlight !== job) return;
+    job.abandoned = true;
+    this.#running = false; // the handler may ignore its signal: the next job does not wait for it
+    this.#reportFailure(job, errorOf(reason), reason);
+    this.#afterRun();
+  }
+
+  /** The try is over for this worker: stop its timers and abort its signal if asked to. */
+  #endTry(job: InFlight, abort?: Error): void {
+    job.deadline?.cancel();
+    job.pendingProgress?.timer.cancel();
+    job.pendingProgress = undefined;
+    if (abort) job.abort.abort(abort);
+  }
+
+  /** With outcomes: the handler resolved with `value`. */
+  #succeeded(job: InFlight, value: unknown): void {
+    if (value === undefined) return this.#handled(job);
+    if (this.#inFlight !== job) return this.#drain();
+    let text: string | undefined;
+    try {
+      text = JSON.stringify(value);
+    } catch {
+      text = undefined;
+    }
+    if (text === undefined || text.length > this.#maxResultChars) {
+      const message = text === undefined
+        ? "the handler's result is not JSON"
+        : `the handler's result is ${text.length} characters of JSON; the maximum is ${this.#maxResultChars}`;
+      return this.#reportFailure(job, { name: "ResultTooLargeError", message });
+    }
+    this.#endTry(job);
+    this.#moveOn(job, {
+      type: "done",
+      session: this.#session,
+      nonce: this.#nonce,
+      seq: job.seq,
+      result: value,
+    });
+  }
+
+  /** With outcomes: the try failed; report it and take the next job. */
+  #reportFailure(job: InFlight, error: { name: string; message: string }, abort?: Error): void {
+    if (this.#inFlight !== job) return this.#drain();
+    this.#endTry(job, abort);
+    this.#moveOn(job, {
+      type: "fail",
+      session: this.#session,
+      nonce: this.#nonce,
+      seq: job.seq,
+      error: {
+        name: error.name.slice(0, MAX_ERROR_NAME),
+        message: error.message.slice(0, MAX_ERROR_MESSAGE),
+      },
+    });
+  }
+
+  /** The try of `job` ended with `frame` (done or fail): it confirms through `job.seq`. */
+  #moveOn(job: InFlight, frame: WorkerFrame): void {
+    this.#inFlight = undefined;
+    this.#confirmedSeq = job.seq;
+    this.#expectedSeq = job.seq + 1;
+    if (!this.#live) return; // the controller ends it on its own (timeout) or requeues it
+    this.#send(frame);
+    if (this.#draining) return;
+    if (this.#requestUpTo - this.#confirmedSeq <= Math.floor(this.window / 2)) this.#request(false);
+    this.#drain();
+    if (this.#gapOpen()) this.#request(true);
+  }
+
+  /** Feature `outcomes`: the controller cancelled the job at `seq`. */
+  #onCancel(session: string, seq: number): void {
+    if (session !== this.#session) return;
+    const cancelled = new Error("the job was cancelled");
+    cancelled.name = "CancelledError";
+    if (this.#inFlight?.seq === seq) return this.#abandon(this.#inFlight, cancelled);
+    if (seq >= this.#expectedSeq && seq <= this.#requestUpTo) this.#skip.add(seq);
+  }
+
+  /** `delivery.progress(value)`: rate-limited, latest value wins. */
+  #progress(job: InFlight, value: unknown): void {
+    if (!this.#outcomes || this.#inFlight !== job) return;
+    const text = JSON.stringify(value);
+    if (text === undefined) throw new TypeError("Cannot report progress: the value is not JSON");
+    if (text.length > MAX_PROGRESS_CHARS) {
+      throw new RangeError(
+        `Cannot report progress: ${text.length} characters of JSON; the maximum is ${MAX_PROGRESS_CHARS}`,
+      );
+    }
+    const now = this.#clock.now();
+    const wait = (job.lastProgressAt ?? -Infinity) + PROGRESS_INTERVAL - now;
+    if (wait <= 0) return this.#sendProgress(job, value);
+    if (job.pendingProgress) return void (job.pendingProgress.value = value);
+    job.pendingProgress = {
+      value,
+      timer: this.#clock.setTimeout(() => {
+        const pending = job.pendingProgress;
+        job.pendingProgress = undefined;
+        if (pending && this.#inFlight === job) {
+          this.#guard(() => this.#sendProgress(job, pending.value));
+        }
+      }, wait),
+    };
+  }
+
+  #sendProgress(job: InFlight, value: unknown): void {
+    job.lastProgressAt = this.#clock.now();
+    if (!this.#live) return;
+    this.#send({
+      type: "progress",
+      session: this.#session,
+      nonce: this.#nonce,
+      seq: job.seq,
+      value,
+    });
   }
 
   /** A handler settled: a drain waiting for it can finish now. */
@@ -708,6 +909,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   /** The handler resolved: confirm if the job still belongs to the current sub-flow. */
   #handled(job: InFlight): void {
     if (this.#inFlight !== job) return this.#drain(); // its binding ended meanwhile
+    this.#endTry(job);
     this.#inFlight = undefined;
     this.#confirmedSeq = job.seq;
     this.#expectedSeq = job.seq + 1;
@@ -731,10 +933,16 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       this.#retry = undefined;
       if (this.#inFlight !== job || this.closed) return this.#guard(() => this.#drain());
       if (!this.#live) return this.#failed(job); // wait for the binding to come back
-      job.attempt += 1;
+      job.localAttempt += 1;
       this.#guard(() => this.#run(job));
     }, this.#resendInterval);
   }
+}
+
+/** An error's name and message, whatever was thrown. */
+function errorOf(thrown: unknown): { name: string; message: string } {
+  if (thrown instanceof Error) return { name: thrown.name, message: thrown.message };
+  return { name: "Error", message: String(thrown) };
 }
 
 /** The worker endpoint's events by name. */

@@ -1,0 +1,367 @@
+/**
+ * A job queue: a flow's backlog, lifecycle and controller in one object. Jobs are added whether
+ * or not a worker is online (`add` resolves once they are in the store: with a durable store,
+ * once they survive a crash); the controller hands due ones to workers as they pull; each try
+ * ends completed (with the handler's result), failed (retried after a backoff, on any worker),
+ * dead (out of tries: a dead letter), or cancelled.
+ *
+ * The pieces, each in its own module:
+ * - the **job store** (`MemoryJobStore`, or `DenoKvJobStore` on Deno KV): records, backlog order,
+ *   and the controller's durable work queue, over the same records;
+ * - the **backlog producer**: answers the controller's grants from the store;
+ * - the **controller** with `outcomes` on: workers report how each try ended, and the outcome
+ *   rides with the confirmation into the store, which decides the job's next state.
+ *
+ * @module
+ */
+
+import { SafeEventTarget } from "../core/safe_event_target.ts";
+import { type ControllerStats, WorkPullingController } from "../controller/controller.ts";
+import { ProgressEvent } from "../controller/events.ts";
+import type { WorkPullingControllerOptions } from "../controller/options.ts";
+import { type JobOptions, planJob } from "../lifecycle/job_options.ts";
+import type { JobInfo, JobRecord } from "../lifecycle/job_record.ts";
+import { JsonText } from "../protocol/json_text.ts";
+import { MAX_ID_LENGTH } from "../protocol/schemas.ts";
+import { utf8Length } from "../controller/durable_lane.ts";
+import { BacklogProducer } from "./backlog_producer.ts";
+import type {
+  BacklogCounts,
+  DeadLetterPage,
+  EnqueueResult,
+  JobStore,
+  NewJob,
+} from "./job_store.ts";
+import { MemoryJobStore } from "./memory_job_store.ts";
+
+/** Options of {@linkcode JobQueue}. */
+export interface JobQueueOptions {
+  /** The flow's name: what workers register for. */
+  readonly name: string;
+  /** Where jobs live. Default: a `MemoryJobStore` (nothing survives the process). */
+  readonly store?: JobStore;
+  /** Options passed to the controller (timing, windows, limits). */
+  readonly controller?: Omit<
+    WorkPullingControllerOptions,
+    "name" | "producer" | "queue" | "outcomes" | "lostLimit"
+  >;
+}
+
+/** One job to add with {@linkcode JobQueue.addMany}: its payload and options. */
+export interface NewJobInput<T = unknown> extends JobOptions {
+  /** The job's payload (JSON-serializable). */
+  readonly payload: T;
+}
+
+/** What {@linkcode JobQueue.add} resolves to. */
+export interface JobReceipt extends EnqueueResult {
+  /** Resolves with the job once it is completed, dead or cancelled (in this process). */
+  readonly finished: Promise<JobInfo>;
+  /**
+   * Resolves with the handler's result once the job completed; rejects with a
+   * {@linkcode JobFailedError} when it ends dead or cancelled.
+   */
+  readonly result: Promise<unknown>;
+}
+
+/**
+ * A job ended dead or cancelled.
+ *
+ * @example
+ * ```ts
+ * import { JobFailedError } from "./job_queue.ts";
+ * const error = new JobFailedError({ id: "j1", state: "dead", attempts: 3, priority: 0, enqueuedAt: 0 });
+ * console.assert(error.job.state === "dead");
+ * ```
+ */
+export class JobFailedError extends Error {
+  /** Creates the error. */
+  constructor(
+    /** The job as it ended. */
+    readonly job: JobInfo,
+  ) {
+    super(
+      `Job ${job.id} ended ${job.state}` +
+        (job.error ? ` after ${job.attempts} tries: ${job.error.name}: ${job.error.message}` : ""),
+    );
+    this.name = "JobFailedError";
+  }
+}
+
+/**
+ * A job changed state (after the change is durable).
+ *
+ * @example
+ * ```ts
+ * import { JobChangedEvent } from "./job_queue.ts";
+ * const event = new JobChangedEvent({ id: "j1", state: "waiting", attempts: 0, priority: 0, enqueuedAt: 0 }, undefined);
+ * console.assert(event.type === "job" && event.job.id === "j1");
+ * ```
+ */
+export class JobChangedEvent extends Event {
+  /** Creates the event. */
+  constructor(
+    /** The job as it is now. */
+    readonly job: JobInfo,
+    /** Its previous state (undefined for a new job). */
+    readonly previous: JobRecord["state"] | undefined,
+  ) {
+    super("job");
+  }
+}
+
+/** The events of a {@linkcode JobQueue}. */
+export interface JobQueueEventMap {
+  /** A job changed state. */
+  job: JobChangedEvent;
+  /** A running job reported progress. */
+  progress: ProgressEvent;
+}
+
+/** What a job queue's stats add to the controller's. */
+export interface JobQueueStats extends ControllerStats {
+  /** How many jobs are where in the backlog. */
+  readonly backlog: BacklogCounts;
+}
+
+interface Waiter {
+  resolve(job: JobInfo): void;
+}
+
+/**
+ * A job queue.
+ *
+ * @example Retries, a result and a dead letter, in process
+ * ```ts
+ * import { JobQueue } from "./job_queue.ts";
+ * import { MemoryJobStore } from "./memory_job_store.ts";
+ * import { WorkerEndpoint } from "../worker/worker_endpoint.ts";
+ * import { connectInProcess } from "../transport/in_process.ts";
+ *
+ * const queue = new JobQueue({
+ *   name: "jobs",
+ *   store: new MemoryJobStore({ defaults: { attempts: 2, backoff: { type: "fixed", delay: 10 } } }),
+ * });
+ * await queue.start();
+ * connectInProcess(queue.controller, new WorkerEndpoint<{ n: number }>({
+ *   producer: "jobs",
+ *   name: "w1",
+ *   handler: ({ payload }) => {
+ *     if (payload.n < 0) throw new Error("negative");
+ *     return payload.n * 2;
+ *   },
+ * }));
+ * const doubled = await queue.add({ n: 21 });
+ * console.assert((await doubled.result) === 42);
+ * const bad = await queue.add({ n: -1 });
+ * const ended = await bad.finished;
+ * console.assert(ended.state === "dead" && ended.attempts === 2);
+ * await queue.close();
+ * ```
+ */
+export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
+  /** The flow's controller: attach workers to it (or serve it). */
+  readonly controller: WorkPullingController;
+  /** The job store. */
+  readonly store: JobStore;
+  readonly #producer: BacklogProducer;
+  readonly #waiters = new Map<string, Waiter[]>();
+  readonly #progress = new Map<string, unknown>();
+
+  /** Validates `options`, throwing an error that names a bad option. */
+  constructor(options: JobQueueOptions) {
+    super();
+    if (typeof options !== "object" || options === null) {
+      throw new TypeError("Cannot create JobQueue: options must be an object");
+    }
+    const store = options.store ?? new MemoryJobStore();
+    if (typeof store?.enqueue !== "function" || typeof store.take !== "function") {
+      throw new TypeError('Cannot create JobQueue: option "store" must be a JobStore');
+    }
+    this.store = store;
+    this.#producer = new BacklogProducer(store);
+    this.controller = new WorkPullingController({
+      clock: store.clock,
+      ...options.controller,
+      name: options.name,
+      producer: this.#producer,
+      queue: store,
+      outcomes: true,
+      lostLimit: store.settings.defaults.lostLimit,
+    });
+    store.listen({
+      ready: () => this.#producer.ready(),
+      changed: (job, previous) => this.#changed(job, previous),
+    });
+    this.controller.addEventListener("progress", (event) => {
+      this.#progress.set(event.messageId, event.value);
+      this.dispatchEvent(new ProgressEvent(event.messageId, event.worker, event.value));
+    });
+  }
+
+  /** The flow's name. */
+  get name(): string {
+    return this.controller.name;
+  }
+
+  /** Load the store and start serving workers. */
+  start(): Promise<void> {
+    return this.controller.start();
+  }
+
+  /**
+   * Add a job. Resolves once it is in the store (with a durable store: once it survives a
+   * crash), whether or not a worker is online. A MessageID already known changes nothing: the
+   * receipt says `created: false` and shows the job as it is. Rejects with a `TypeError` or
+   * `RangeError` naming a bad field, or a `BacklogFullError`; nothing is stored then.
+   */
+  async add<T>(payload: T, options: JobOptions = {}): Promise<JobReceipt> {
+    const [result] = await this.addMany([{ ...options, payload }]);
+    return result;
+  }
+
+  /**
+   * Add several jobs, all or none: one invalid job (the error names `jobs.<index>.<field>`) or a
+   * full backlog refuses the whole batch.
+   */
+  async addMany<T>(jobs: readonly NewJobInput<T>[]): Promise<JobReceipt[]> {
+    if (!Array.isArray(jobs)) throw new TypeError("Cannot add jobs: jobs must be an array");
+    const now = this.store.clock.now();
+    const prepared = jobs.map((job, index) => this.#prepare(job, now, `jobs.${index}`));
+    const results = await this.store.enqueue(prepared);
+    return results.map((result) => this.#receipt(result));
+  }
+
+  /** A job as it is now (with the worker running it and its progress), or undefined. */
+  async get(id: string): Promise<JobInfo | undefined> {
+    const job = await this.store.get(id);
+    if (!job || job.state !== "active") return job;
+    const where = this.controller.locate(id);
+    const progress = this.#progress.get(id);
+    return {
+      ...job,
+      ...(where && where !== "pending" ? { worker: where } : {}),
+      ...(progress === undefined ? {} : { progress }),
+    };
+  }
+
+  /**
+   * Cancel a job. A waiting, scheduled or failed job never runs (again) and is `cancelled` at
+   * once; an active one is aborted at its worker (`delivery.signal`) and ends `cancelled`, not
+   * retried, when the worker reports it. Resolves to the job as it is now, or undefined.
+   */
+  async cancel(id: string): Promise<JobInfo | undefined> {
+    const job = await this.store.cancel(id);
+    if (job?.state === "active") await this.controller.cancel(id);
+    return job;
+  }
+
+  /** Dead jobs, oldest death first. */
+  deadLetters(limit = 100, cursor?: string): Promise<DeadLetterPage> {
+    return this.store.deadLetters(limit, cursor);
+  }
+
+  /** Give a dead job a fresh set of tries. */
+  retryDead(id: string): Promise<JobInfo | undefined> {
+    return this.store.retryDead(id);
+  }
+
+  /** Give every dead job a fresh set of tries; resolves to how many. */
+  retryAllDead(): Promise<number> {
+    return this.store.retryAllDead();
+  }
+
+  /** Forget a dead job. */
+  deleteDead(id: string): Promise<boolean> {
+    return this.store.deleteDead(id);
+  }
+
+  /** Resolves with the job once it is completed, dead or cancelled (in this process). */
+  finished(id: string): Promise<JobInfo> {
+    return new Promise((resolve) => {
+      const waiters = this.#waiters.get(id) ?? [];
+      waiters.push({ resolve });
+      this.#waiters.set(id, waiters);
+      // It may have finished already.
+      this.store.get(id).then((job) => job && this.#settle(job), () => {});
+    });
+  }
+
+  /** The controller's figures and the backlog's counts. */
+  stats(): JobQueueStats {
+    return { ...this.controller.stats(), backlog: this.store.counts() };
+  }
+
+  /** Stop gracefully: no new tries, running ones finish and are written (see the controller). */
+  async drain(timeout?: number): Promise<void> {
+    this.#producer.close();
+    await this.controller.drain(timeout);
+    this.store.close();
+  }
+
+  /** Stop for good (the store's data stays). */
+  async close(): Promise<void> {
+    this.#producer.close();
+    await this.controller.close();
+    this.store.close();
+  }
+
+  /** Same as {@linkcode JobQueue.close}. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
+  #prepare(job: NewJobInput<unknown>, now: number, where: string): NewJob {
+    if (typeof job !== "object" || job === null) {
+      throw new TypeError(`${where} must be an object with a payload`);
+    }
+    const id = job.messageId ?? crypto.randomUUID();
+    if (typeof id !== "string" || id.trim() === "" || id.length > MAX_ID_LENGTH) {
+      throw new TypeError(
+        `${where}.messageId must be a non-blank string of at most ${MAX_ID_LENGTH} characters`,
+      );
+    }
+    let text: string;
+    try {
+      text = JsonText.encode(job.payload).text;
+    } catch {
+      throw new TypeError(`${where}.payload must be JSON-serializable`);
+    }
+    const max = this.controller.maxPayloadBytes;
+    if (text.length * 3 > max && utf8Length(text) > max) {
+      throw new RangeError(`${where}.payload is ${utf8Length(text)} bytes; the maximum is ${max}`);
+    }
+    return { id, payload: text, plan: planJob(job, now, where) };
+  }
+
+  #receipt(result: EnqueueResult): JobReceipt {
+    let finished: Promise<JobInfo> | undefined;
+    const wait = () => finished ??= this.finished(result.job.id);
+    return {
+      ...result,
+      get finished() {
+        return wait();
+      },
+      get result() {
+        return this.finished.then((job) => {
+          if (job.state !== "completed") throw new JobFailedError(job);
+          return job.result;
+        });
+      },
+    };
+  }
+
+  #changed(job: JobInfo, previous: JobRecord["state"] | undefined): void {
+    if (job.state !== "active") this.#progress.delete(job.id);
+    this.#settle(job);
+    this.dispatchEvent(new JobChangedEvent(job, previous));
+  }
+
+  #settle(job: JobInfo): void {
+    if (job.state !== "completed" && job.state !== "dead" && job.state !== "cancelled") return;
+    const waiters = this.#waiters.get(job.id);
+    if (!waiters) return;
+    this.#waiters.delete(job.id);
+    for (const waiter of waiters) waiter.resolve(job);
+  }
+}

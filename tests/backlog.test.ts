@@ -1,0 +1,166 @@
+/**
+ * The backlog of a job queue (in memory, simulated clock): jobs are taken with no worker online,
+ * run when workers join, in priority order, never before they are due; the backlog is bounded;
+ * a job's state is visible throughout; invalid batches change nothing.
+ */
+
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { BacklogFullError } from "../mod.ts";
+import { JobSystem } from "./support/job_harness.ts";
+
+describe("backlog", () => {
+  test("takes jobs while no worker is online; they run when one joins", async () => {
+    const s = new JobSystem();
+    await s.queue.start();
+    const receipts = await s.queue.addMany(
+      [1, 2, 3].map((n) => ({ payload: n, messageId: `j${n}` })),
+    );
+    assert.deepEqual(receipts.map((r) => [r.job.id, r.job.state, r.created]), [
+      ["j1", "waiting", true],
+      ["j2", "waiting", true],
+      ["j3", "waiting", true],
+    ]);
+    await s.run(1000);
+    assert.deepEqual(s.ran(), [], "no worker, nothing runs");
+    s.worker("w1");
+    await s.until(async () => (await s.state("j3")) === "completed", "j3 completed");
+    assert.deepEqual(s.ran(), ["j1", "j2", "j3"]);
+    await s.close();
+  });
+
+  test("a resubmission answers with the job's state and creates nothing", async () => {
+    const s = new JobSystem();
+    await s.queue.start();
+    const first = await s.queue.add("x", { messageId: "same" });
+    const again = await s.queue.add("y", { messageId: "same" });
+    assert.equal(first.created, true);
+    assert.equal(again.created, false);
+    assert.equal(again.job.state, "waiting");
+    s.worker("w1");
+    await s.until(async () => (await s.state("same")) === "completed", "completed");
+    const late = await s.queue.add("z", { messageId: "same" });
+    assert.deepEqual([late.created, late.job.state], [false, "completed"]);
+    await s.run(2000);
+    assert.deepEqual(s.ran(), ["same"], "it ran once");
+    await s.close();
+  });
+
+  test("higher priority first, FIFO within a priority", async () => {
+    const s = new JobSystem();
+    await s.queue.start();
+    await s.queue.addMany([
+      { payload: 0, messageId: "low-1", priority: -5 },
+      { payload: 0, messageId: "mid-1" },
+      { payload: 0, messageId: "high-1", priority: 7 },
+      { payload: 0, messageId: "mid-2" },
+      { payload: 0, messageId: "high-2", priority: 7 },
+      { payload: 0, messageId: "low-2", priority: -5 },
+    ]);
+    s.worker("w1", () => {}, 1); // window 1: takes one job at a time, so order is visible
+    await s.until(() => s.runs.length === 6, "six runs");
+    assert.deepEqual(s.ran(), ["high-1", "high-2", "mid-1", "mid-2", "low-1", "low-2"]);
+    await s.close();
+  });
+
+  test("delayed jobs run at their due time, never before, and join their priority when due", async () => {
+    const s = new JobSystem();
+    await s.queue.start();
+    const start = s.clock.now();
+    await s.queue.addMany([
+      { payload: 0, messageId: "later", delay: 5_000, priority: 9 },
+      { payload: 0, messageId: "at", runAt: start + 2_000 },
+      { payload: 0, messageId: "now" },
+    ]);
+    assert.equal((await s.queue.get("later"))?.state, "scheduled");
+    assert.equal((await s.queue.get("at"))?.runAt, start + 2_000);
+    s.worker("w1");
+    await s.until(() => s.runs.length === 3, "three runs", 10_000);
+    const at = Object.fromEntries(s.runs.map((run) => [run.messageId, run.at - start]));
+    assert.equal(at.now, 0);
+    assert.ok(at.at >= 2_000 && at.at <= 2_100, `"at" ran at ${at.at} ms`);
+    assert.ok(at.later >= 5_000 && at.later <= 5_100, `"later" ran at ${at.later} ms`);
+    await s.close();
+  });
+
+  test("beyond maxBacklog a batch is refused whole; the backlog accepts again once it drains", async () => {
+    const s = new JobSystem({ maxBacklog: 3 });
+    await s.queue.start();
+    await s.queue.addMany([{ payload: 1, messageId: "a" }, { payload: 2, messageId: "b" }]);
+    await assert.rejects(
+      s.queue.addMany([{ payload: 3, messageId: "c" }, { payload: 4, messageId: "d" }]),
+      (error) => error instanceof BacklogFullError && error.limit === 3 && error.size === 2,
+    );
+    assert.equal(await s.queue.get("c"), undefined, "nothing of the refused batch was stored");
+    const known = await s.queue.addMany([{ payload: 1, messageId: "a" }]);
+    assert.equal(known[0].created, false, "known jobs add nothing and are not refused");
+    s.worker("w1");
+    await s.until(async () => (await s.state("b")) === "completed", "the backlog drained");
+    const accepted = await s.queue.addMany([{ payload: 3, messageId: "c" }, {
+      payload: 4,
+      messageId: "d",
+    }]);
+    assert.deepEqual(accepted.map((r) => r.created), [true, true]);
+    await s.close();
+  });
+
+  test("a job's status through scheduled, waiting, active and completed", async () => {
+    const s = new JobSystem();
+    await s.queue.start();
+    let release!: () => void;
+    const start = s.clock.now();
+    await s.queue.add({ x: 1 }, { messageId: "j", delay: 1000 });
+    const states: string[] = [];
+    s.queue.addEventListener("job", (event) => states.push(event.job.state));
+    assert.deepEqual(await s.queue.get("j"), {
+      id: "j",
+      state: "scheduled",
+      attempts: 0,
+      priority: 0,
+      enqueuedAt: start,
+      runAt: start + 1000,
+    });
+    await s.run(999);
+    assert.equal(await s.state("j"), "scheduled");
+    await s.run(1);
+    assert.equal(await s.state("j"), "waiting", "due, and no worker online");
+    s.worker("w1", () => new Promise<void>((resolve) => (release = resolve)));
+    await s.until(() => s.runs.length === 1, "started");
+    const active = await s.queue.get("j");
+    assert.deepEqual([active?.state, active?.attempts, active?.worker], ["active", 1, "w1"]);
+    assert.equal(active?.startedAt, start + 1000);
+    const releasedAt = s.clock.now();
+    release();
+    await s.until(async () => (await s.state("j")) === "completed", "completed");
+    const done = await s.queue.get("j");
+    assert.ok(done!.finishedAt! >= releasedAt && done!.finishedAt! <= s.clock.now());
+    assert.equal(done?.worker, "w1");
+    assert.deepEqual(states, ["active", "completed"]);
+    await s.close();
+  });
+
+  test("an invalid batch is refused whole with an error naming the field", async () => {
+    const s = new JobSystem();
+    await s.queue.start();
+    const cases: [unknown[], RegExp][] = [
+      [[{ payload: 1 }, { payload: 2, priority: 1.5 }], /jobs\.1\.priority/],
+      [[{ payload: 1, delay: -1 }], /jobs\.0\.delay/],
+      [[{ payload: 1, delay: 10, runAt: 5 }], /jobs\.0\.runAt/],
+      [[{ payload: 1 }, { payload: undefined }], /jobs\.1\.payload/],
+      [[{ payload: 1, messageId: "" }], /jobs\.0\.messageId/],
+      [[{ payload: 1, attempts: 0 }], /jobs\.0\.attempts/],
+      [[{ payload: 1, backoff: { type: "linear", delay: 1 } }], /jobs\.0\.backoff\.type/],
+      [[{ payload: 1, timeout: "soon" }], /jobs\.0\.timeout/],
+    ];
+    for (const [batch, field] of cases) {
+      await assert.rejects(
+        // deno-lint-ignore no-explicit-any
+        s.queue.addMany(batch as any),
+        (error: Error) => field.test(error.message),
+        String(field),
+      );
+    }
+    assert.deepEqual(s.queue.stats().backlog.waiting, 0, "nothing was stored");
+    await s.close();
+  });
+});

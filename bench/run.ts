@@ -1,17 +1,18 @@
 /**
- * The workpull benchmark suite (issue #5): throughput, the BullMQ peer, durable throughput,
- * latency, failover, memory and the browser client's size, each side by side with its
- * baseline, measured in alternating rounds and reported as medians.
+ * The workpull benchmark suite (issues #5 and #15): throughput against the per-job and the
+ * batched raw WebSocket baselines, the BullMQ and NATS JetStream peers, durable throughput
+ * (in-process producer and `POST /jobs`), latency, failover, memory and the browser client's
+ * size, each side by side with its baseline, measured in alternating rounds and reported as
+ * medians with every round.
  *
  *   deno task bench           # everything, Deno and Bun; writes bench/results.json and .md
  *   deno task bench:quick     # fewer jobs and rounds; prints only
  *   deno task bench:bun       # the scenarios that apply to Bun, on Bun; prints only
  *
- * Flags: `--scenarios=throughput,peer,durable,latency,failover,memory,size` (default all),
- * `--runtimes=deno,bun` (default both when started on Deno, bun when started on Bun),
- * `--jobs=N` (throughput, peer, latency), `--rounds=N`, `--quick`, `--write` (write the results
- * files even for a partial run), `--out=DIR` (default bench/). Every child process is killed and
- * reaped and every temporary directory removed, also on failure or Ctrl-C.
+ * The flags are listed by `--help` (see {@linkcode COMMAND}). The 1-minute load average is
+ * recorded before and after every scenario; a run on a busy machine (`lib/machine_load.ts`)
+ * says so in its results and does not rewrite the README section. Every child process is
+ * killed and reaped and every temporary directory removed, also on failure or Ctrl-C.
  *
  * @module
  */
@@ -20,6 +21,8 @@ import { cpus, freemem, loadavg, platform, release, totalmem } from "node:os";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
+import { commandLine, type CommandSpec, numberArg } from "./lib/cli.ts";
+import { busyVerdict, load1, type LoadRecord, measureLoad } from "./lib/machine_load.ts";
 import { killAll, liveChildren, runInherit, runToEnd } from "./lib/proc.ts";
 import {
   markdownSummary,
@@ -34,27 +37,110 @@ import { binary, repoPath, runtime, runtimeVersion } from "./lib/runtime.ts";
 import { median, round } from "./lib/stats.ts";
 import { makeTempDir, removeTempDir, removeTempDirs } from "./lib/tmp.ts";
 
-const SCENARIOS = ["throughput", "peer", "durable", "latency", "failover", "memory", "size"];
+const SCENARIOS = [
+  "throughput",
+  "peer",
+  "nats",
+  "durable",
+  "latency",
+  "failover",
+  "memory",
+  "size",
+];
 /** Scenarios that run once per runtime (the others are runtime-independent: run once). */
 const PER_RUNTIME = new Set(["throughput", "durable", "latency", "failover", "memory"]);
+const RUNTIMES = ["deno", "bun"];
+
+/** The command line (`--help` prints it). */
+const COMMAND: CommandSpec = {
+  usage: "deno run -A --unstable-kv bench/run.ts [flags]   (or: bun bench/run.ts [flags])",
+  summary: [
+    "Run the workpull benchmark suite and print its results. A full run (no flag that narrows",
+    "it) writes bench/results.json, bench/results.md and, unless the machine was busy,",
+    "bench/README_SECTION.md.",
+  ].join("\n"),
+  flags: {
+    scenarios: {
+      kind: "value",
+      value: "a,b,…",
+      help: `scenarios to run (default all): ${SCENARIOS.join(", ")}`,
+    },
+    runtimes: {
+      kind: "value",
+      value: "a,b",
+      help: "runtimes of the per-runtime scenarios: deno, bun (default both on Deno, bun on Bun)",
+    },
+    jobs: {
+      kind: "value",
+      value: "N",
+      help: "jobs per run of throughput, peer, nats, latency (default 100000; 20000 with --quick)",
+    },
+    rounds: {
+      kind: "value",
+      value: "N",
+      help:
+        "throughput rounds (default 5; 3 with --quick); also nats rounds when given (default 3)",
+    },
+    quick: { kind: "switch", help: "fewer jobs and rounds everywhere; prints only" },
+    write: {
+      kind: "switch",
+      help: "write results.json and results.md even for a partial run (never README_SECTION.md)",
+    },
+    out: {
+      kind: "value",
+      value: "DIR",
+      help: "where --write and full runs write (default bench/)",
+    },
+    json: { kind: "value", value: "FILE", help: "also write the results document (JSON) to FILE" },
+    child: { kind: "switch", help: "run as the Bun part of a run (internal)", internal: true },
+  },
+  notes: [
+    "Scenarios:",
+    "  throughput  workpull over WebSocket vs the per-job and the batched raw WebSocket baselines",
+    "              (1 process × 4 endpoints and 4 × 1); per runtime",
+    "  peer        BullMQ + Redis (needs redis-server and node; skipped without them)",
+    "  nats        NATS JetStream work queue, memory and file storage (needs nats-server and",
+    "              node; skipped without them)",
+    "  durable     workpull + Deno KV file, in-process producer and POST /jobs, vs raw KV commits",
+    "  latency     submit → handler start at half the maximum throughput; per runtime",
+    "  failover    SIGKILL and SIGSTOP of a worker process; per runtime",
+    "  memory      controller heap per pending job (Deno)",
+    "  size        the browser worker client, bundled, minified, gzipped",
+    "",
+    "Examples:",
+    "  deno task bench:quick",
+    "  deno run -A --unstable-kv bench/run.ts --scenarios=throughput,nats --runtimes=deno --quick",
+  ].join("\n"),
+};
 
 const argv = process.argv.slice(2);
-const flag = (name: string) => argv.find((arg) => arg.startsWith(`--${name}=`))?.split("=")[1];
-const quick = argv.includes("--quick");
-const child = argv.includes("--child");
+const { values } = commandLine(COMMAND, argv);
+const flag = (name: string) => values[name] as string | undefined;
+const quick = values.quick === true;
+const child = values.child === true;
 const selected = (flag("scenarios")?.split(",") ?? SCENARIOS).filter(Boolean);
-for (const name of selected) {
-  if (!SCENARIOS.includes(name)) throw new Error(`unknown scenario ${name}`);
-}
 const runtimes = (flag("runtimes")?.split(",") ?? (runtime === "deno" ? ["deno", "bun"] : ["bun"]))
   .filter(Boolean);
-const jobs = Number(flag("jobs") ?? (quick ? 20_000 : 100_000));
-const rounds = Number(flag("rounds") ?? (quick ? 3 : 5));
+const badScenario = selected.find((name) => !SCENARIOS.includes(name));
+const badRuntime = runtimes.find((name) => !RUNTIMES.includes(name));
+if (badScenario !== undefined || badRuntime !== undefined) {
+  console.error(
+    `error: ${
+      badScenario !== undefined
+        ? `unknown scenario "${badScenario}" (scenarios: ${SCENARIOS.join(", ")})`
+        : `unknown runtime "${badRuntime}" (runtimes: ${RUNTIMES.join(", ")})`
+    }\n(run with --help for the usage)`,
+  );
+  process.exit(2);
+}
+const jobs = numberArg("--jobs", flag("jobs"), quick ? 20_000 : 100_000);
+const rounds = numberArg("--rounds", flag("rounds"), quick ? 3 : 5);
 const config = {
   jobs,
   rounds,
   window: 100,
   peer: { jobs, rounds: quick ? 1 : 2, concurrencies: [1, 50] },
+  nats: { jobs, rounds: flag("rounds") ? rounds : quick ? 1 : 3 },
   durable: { jobs: quick ? 10_000 : 30_000, singleJobs: quick ? 300 : 1000, rounds: quick ? 2 : 3 },
   latency: { maxJobs: jobs, seconds: quick ? 2 : 3, rounds: quick ? 2 : 3 },
   failover: { killRounds: quick ? 3 : 5, silentRounds: quick ? 1 : 3 },
@@ -65,7 +151,7 @@ const config = {
 };
 const full = !quick && !flag("scenarios") && !flag("jobs") && !flag("rounds") &&
   runtimes.includes("deno") && runtimes.includes("bun");
-const write = (full || argv.includes("--write")) && !child;
+const write = (full || values.write === true) && !child;
 const outDir = flag("out") ?? repoPath("bench");
 const log = (line: string) => console.log(line);
 
@@ -84,24 +170,32 @@ process.on("SIGTERM", onSignal);
 
 /** The scenarios of this runtime, run here. */
 async function runHere(): Promise<RuntimeResults> {
-  const results: RuntimeResults = { skipped: {} };
+  const loads: LoadRecord[] = [];
+  const results: RuntimeResults = { skipped: {}, loads };
   const want = (name: string) => selected.includes(name) && PER_RUNTIME.has(name);
+  /** Run one scenario, recording the load average before and after it. */
+  const measured = <T>(name: string, body: () => Promise<T>) =>
+    measureLoad(loads, name, runtime, body);
   if (want("throughput")) {
     log(`\n[${runtime}] 1. throughput, in memory, over WebSocket`);
     const { throughput } = await import("./scenarios/throughput.ts");
-    results.throughput = await throughput({
-      jobs,
-      rounds,
-      window: config.window,
-      topologies: [{ processes: 1, perProcess: 4 }, { processes: 4, perProcess: 1 }],
-      log,
-    });
+    results.throughput = await measured("throughput", () =>
+      throughput({
+        jobs,
+        rounds,
+        window: config.window,
+        topologies: [{ processes: 1, perProcess: 4 }, { processes: 4, perProcess: 1 }],
+        log,
+      }));
   }
   if (want("durable")) {
     if (runtime === "deno") {
       log(`\n[${runtime}] 3. durable: Deno KV file`);
       const { durable } = await import("./scenarios/durable.ts");
-      results.durable = await durable({ ...config.durable, window: config.window, log });
+      results.durable = await measured(
+        "durable",
+        () => durable({ ...config.durable, window: config.window, log }),
+      );
     } else {
       results.skipped.durable = "the Deno KV file scenario is Deno's; Bun reaches KV files " +
         "through npm @deno/kv, measured by bench/durable_throughput.ts";
@@ -110,17 +204,20 @@ async function runHere(): Promise<RuntimeResults> {
   if (want("latency")) {
     log(`\n[${runtime}] 4. latency at 50% of the maximum throughput`);
     const { latency } = await import("./scenarios/latency.ts");
-    results.latency = await latency({ ...config.latency, window: config.window, log });
+    results.latency = await measured(
+      "latency",
+      () => latency({ ...config.latency, window: config.window, log }),
+    );
   }
   if (want("failover")) {
     log(`\n[${runtime}] 5. failover`);
     const { failover } = await import("./scenarios/failover.ts");
-    results.failover = await failover({ ...config.failover, log });
+    results.failover = await measured("failover", () => failover({ ...config.failover, log }));
   }
   if (want("memory")) {
     if (runtime === "deno") {
       log(`\n[${runtime}] 6. memory: controller heap per pending job`);
-      results.memory = await memory();
+      results.memory = await measured("memory", memory);
     } else {
       results.skipped.memory = "measured on Deno (V8 heap, --expose-gc)";
     }
@@ -176,7 +273,9 @@ async function runOnBun(): Promise<RuntimeResults> {
   const dir = makeTempDir("bun");
   try {
     const file = join(dir, "bun.json");
-    const passed = argv.filter((arg) => !arg.startsWith("--runtimes=") && arg !== "--write");
+    const passed = argv.filter((arg) =>
+      !arg.startsWith("--runtimes=") && !arg.startsWith("--json=") && arg !== "--write"
+    );
     const code = await runInherit(binary("bun"), [
       repoPath("bench/run.ts"),
       ...passed,
@@ -223,6 +322,8 @@ async function main(): Promise<void> {
     return;
   }
   const loadStart = loadavg().map((v) => v.toFixed(2)).join(" ");
+  const loadBeforeRun = load1();
+  const loads: LoadRecord[] = [];
   const results: Results = {
     generatedAt: new Date().toISOString(),
     command: full ? "deno task bench" : `${runtime} bench/run.ts ${argv.join(" ")}`.trim(),
@@ -241,14 +342,20 @@ async function main(): Promise<void> {
   if (selected.includes("size")) {
     log("\n7. browser worker client size");
     const { clientSize } = await import("./scenarios/client_size.ts");
-    results.clientSize = await clientSize();
+    results.clientSize = await measureLoad(loads, "size", "any", clientSize);
     log(`  ${results.clientSize.minified} bytes minified, ${results.clientSize.gzip} gzip`);
   }
   if (selected.includes("peer")) {
     log("\n2. peer: BullMQ + Redis");
     const { peer } = await import("./scenarios/peer.ts");
-    results.peer = await peer({ ...config.peer, log });
+    results.peer = await measureLoad(loads, "peer", "any", () => peer({ ...config.peer, log }));
     if ("skipped" in results.peer) log(`  skipped: ${results.peer.skipped}`);
+  }
+  if (selected.includes("nats")) {
+    log("\n2b. peer: NATS JetStream (work-queue stream, durable pull consumer)");
+    const { natsPeer } = await import("./scenarios/nats_peer.ts");
+    results.nats = await measureLoad(loads, "nats", "any", () => natsPeer({ ...config.nats, log }));
+    if ("skipped" in results.nats) log(`  skipped: ${results.nats.skipped}`);
   }
   const others = runtimes.filter((name) => name !== runtime);
   if (others.includes("bun") && selected.some((name) => PER_RUNTIME.has(name))) {
@@ -269,8 +376,22 @@ async function main(): Promise<void> {
     loadEnd: loadavg().map((v) => v.toFixed(2)).join(" "),
     minutes: round((Date.now() - started) / 60_000, 1),
   };
+  const allLoads = [
+    ...Object.values(results.runtimes).flatMap((r) => r?.loads ?? []),
+    ...loads,
+  ];
+  results.loads = allLoads;
+  results.busy = busyVerdict(loadBeforeRun, allLoads);
   results.targets = targets(results);
   console.log(`\n${textSummary(results)}\n`);
+  if (results.busy.busy) {
+    console.log(
+      `WARNING: the machine was busy during this run (${
+        results.busy.reasons.join("; ")
+      }): its figures are not fit to publish.`,
+    );
+  }
+  if (flag("json")) writeFileSync(flag("json")!, `${JSON.stringify(results, null, 2)}\n`);
   if (write) {
     writeFileSync(join(outDir, "results.json"), `${JSON.stringify(results, null, 2)}\n`);
     writeFileSync(
@@ -280,12 +401,20 @@ async function main(): Promise<void> {
         "npm ci   # Deno, Bun, BullMQ, esbuild pinned in package.json\ndeno task bench",
       ),
     );
-    writeFileSync(join(outDir, "README_SECTION.md"), readmeSection(results));
-    // The section is pasted into README.md, which `deno fmt --check` covers: format it here.
-    await runToEnd(binary("deno"), ["fmt", "--quiet", join(outDir, "README_SECTION.md")], {
-      timeout: 30_000,
-    }).catch(() => {});
-    console.log(`wrote results.json, results.md and README_SECTION.md in ${outDir}`);
+    if (full && !results.busy.busy) {
+      writeFileSync(join(outDir, "README_SECTION.md"), readmeSection(results));
+      // The section is pasted into README.md, which `deno fmt --check` covers: format it here.
+      await runToEnd(binary("deno"), ["fmt", "--quiet", join(outDir, "README_SECTION.md")], {
+        timeout: 30_000,
+      }).catch(() => {});
+      console.log(`wrote results.json, results.md and README_SECTION.md in ${outDir}`);
+    } else {
+      console.log(
+        `wrote results.json and results.md in ${outDir}; README_SECTION.md left as it was (${
+          full ? "the machine was busy" : "not a full run"
+        })`,
+      );
+    }
   }
   console.log(`done in ${((Date.now() - started) / 60_000).toFixed(1)} min`);
 }

@@ -8,14 +8,23 @@
  * commit and 100 jobs per commit. Deno only (Bun reaches Deno KV files through npm `@deno/kv`,
  * which `bench/durable_throughput.ts` covers).
  *
+ * The same system also runs with a **remote producer** (the durable path through `POST /jobs`):
+ * a separate process (`http_producer.ts`) posts the jobs in batches of
+ * {@linkcode REMOTE_PRODUCER}`.batch` with a client token, `concurrency` requests in flight,
+ * every batch answered with a 2xx; jobs/s from its first request to the last confirmation seen
+ * by the controller.
+ *
  * @module
  */
 
 import { join } from "node:path";
 import process from "node:process";
 import { DenoKvWorkQueue } from "../../deno_kv.ts";
+import { signToken } from "../../server.ts";
+import { type Child, spawnChild } from "../lib/proc.ts";
 import { rawKvWrites } from "../lib/raw_kv.ts";
-import { now, runtimeVersion } from "../lib/runtime.ts";
+import { now, repoPath, runtime, runtimeVersion, scriptCommand, until } from "../lib/runtime.ts";
+import { SECRET } from "../lib/servers.ts";
 import { WorkpullSetup } from "../lib/setups.ts";
 import { median, round } from "../lib/stats.ts";
 import { makeTempDir, removeTempDir } from "../lib/tmp.ts";
@@ -61,6 +70,60 @@ async function endToEnd(jobs: number, window: number): Promise<number> {
   }
 }
 
+/** The remote producer: jobs per `POST /jobs` and requests in flight. */
+export const REMOTE_PRODUCER = { batch: 100, concurrency: 4 } as const;
+
+/** The workpull system on a fresh KV file, fed over `POST /jobs` by another process; jobs/s. */
+async function remoteEndToEnd(jobs: number, window: number): Promise<number> {
+  const { kv, close } = await freshKv();
+  let setup: WorkpullSetup | undefined;
+  let producer: Child | undefined;
+  try {
+    setup = await WorkpullSetup.start({ processes: 1, perProcess: 4 }, {
+      window,
+      controller: { queue: new DenoKvWorkQueue(kv) },
+    });
+    const token = await signToken(SECRET, { producer: "bench", expiresIn: 3_600_000 });
+    const { command, args } = scriptCommand(runtime, repoPath("bench/scenarios/http_producer.ts"));
+    producer = spawnChild("remote producer", command, args, {
+      stdin: true,
+      env: {
+        WORKPULL_BENCH: JSON.stringify({
+          url: new URL("jobs", setup.server.url).href,
+          token,
+          jobs,
+          ...REMOTE_PRODUCER,
+        }),
+      },
+    });
+    await producer.next((r) => r.ev === "ready", "the remote producer ready", 30_000);
+    let failure: string | undefined;
+    producer.onReport((r) => {
+      if (r.ev === "error") failure = `POST /jobs answered ${r.status}: ${r.body}`;
+    });
+    const started = producer.next((r) => r.ev === "start", "the first POST /jobs", 10_000);
+    const posted = producer.next((r) => r.ev === "posted", "every batch answered", 120_000);
+    posted.catch(() => {}); // awaited below unless the run failed first
+    producer.command({ cmd: "go" });
+    const start = await started;
+    const controller = setup.controller;
+    const target = controller.stats().totals.confirmed + jobs;
+    await until(
+      () => failure !== undefined || controller.stats().totals.confirmed >= target,
+      `${jobs} confirmations of jobs posted over HTTP`,
+      120_000,
+    );
+    if (failure) throw new Error(failure);
+    const end = now();
+    await posted;
+    return jobs / ((end - (start.t as number)) / 1000);
+  } finally {
+    await producer?.kill();
+    await setup?.close();
+    close();
+  }
+}
+
 /** The scenario's result (jobs/s medians). */
 export interface DurableResult {
   readonly runtime: string;
@@ -69,10 +132,16 @@ export interface DurableResult {
     readonly endToEnd: number;
     readonly rawSingle: number;
     readonly rawBatch: number;
+    readonly remote: number;
   };
   readonly endToEnd: { readonly samples: number[]; readonly median: number };
   readonly rawSingle: { readonly samples: number[]; readonly median: number };
   readonly rawBatch: { readonly samples: number[]; readonly median: number };
+  /** The same system fed over `POST /jobs` by a remote producer process. */
+  readonly remote: { readonly samples: number[]; readonly median: number };
+  readonly remoteProducer: typeof REMOTE_PRODUCER;
+  /** Per round: in-process end to end / raw 100 per commit, remote / raw 100 per commit. */
+  readonly ratios: { readonly endToEnd: number[]; readonly remote: number[] };
 }
 
 /** Run the scenario (Deno only). */
@@ -86,19 +155,22 @@ export async function durable(options: {
   const e2e: number[] = [];
   const single: number[] = [];
   const batch: number[] = [];
+  const remote: number[] = [];
   const runs: [number[], () => Promise<number>][] = [
     [e2e, () => endToEnd(options.jobs, options.window)],
     [single, () => raw(options.singleJobs, 1)],
     [batch, () => raw(options.jobs, 100)],
+    [remote, () => remoteEndToEnd(options.jobs, options.window)],
   ];
   await endToEnd(Math.round(options.jobs / 4), options.window); // warm-up
+  await remoteEndToEnd(Math.round(options.jobs / 4), options.window);
   for (let i = 0; i < options.rounds; i++) {
     const order = i % 2 === 0 ? runs : runs.toReversed();
     for (const [samples, run] of order) samples.push(await run());
     options.log(
-      `  round ${i + 1}/${options.rounds}: workpull + KV ${fmt(e2e.at(-1)!)}, raw 1/commit ${
-        fmt(single.at(-1)!)
-      }, raw 100/commit ${fmt(batch.at(-1)!)} jobs/s`,
+      `  round ${i + 1}/${options.rounds}: workpull + KV ${fmt(e2e.at(-1)!)}, over POST /jobs ${
+        fmt(remote.at(-1)!)
+      }, raw 1/commit ${fmt(single.at(-1)!)}, raw 100/commit ${fmt(batch.at(-1)!)} jobs/s`,
     );
   }
   const summary = (samples: number[]) => ({
@@ -108,10 +180,21 @@ export async function durable(options: {
   return {
     runtime: runtimeVersion(),
     rounds: options.rounds,
-    jobs: { endToEnd: options.jobs, rawSingle: options.singleJobs, rawBatch: options.jobs },
+    jobs: {
+      endToEnd: options.jobs,
+      rawSingle: options.singleJobs,
+      rawBatch: options.jobs,
+      remote: options.jobs,
+    },
     endToEnd: summary(e2e),
     rawSingle: summary(single),
     rawBatch: summary(batch),
+    remote: summary(remote),
+    remoteProducer: REMOTE_PRODUCER,
+    ratios: {
+      endToEnd: e2e.map((value, i) => round(value / batch[i], 3)),
+      remote: remote.map((value, i) => round(value / batch[i], 3)),
+    },
   };
 }
 

@@ -1,5 +1,6 @@
 /**
- * Scenario 4, latency: submit → handler start, p50/p99/max, at half the maximum throughput.
+ * Scenario 4, latency: submit → handler start, p50/p90/p99/p99.9/max, at half the maximum
+ * throughput.
  * The workpull system of scenario 1 with 4 worker processes × 1 endpoint (window 100): first
  * its maximum throughput is measured in this run (median of 3 batches), then jobs are
  * submitted at 50% of it by a steady pacer (every ~1 ms it submits what is due so far) for a
@@ -96,7 +97,7 @@ export async function latency(options: {
       options.log(
         `  round ${r + 1}/${options.rounds}: ${d.count} jobs, p50 ${d.p50.toFixed(2)} ms, p99 ${
           d.p99.toFixed(2)
-        } ms, max ${d.max.toFixed(2)} ms`,
+        } ms, p99.9 ${d.p999.toFixed(2)} ms, max ${d.max.toFixed(2)} ms`,
       );
     }
     const pick = (key: keyof Distribution) => round(median(rounds.map((d) => d[key])), 3);

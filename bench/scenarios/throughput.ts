@@ -2,10 +2,12 @@
  * Scenario 1, throughput in memory over WebSocket: one controller (this process), 4 worker
  * endpoints in 1 worker process (1×4) and in 4 worker processes (4×1), no-op handler, payload
  * `{"n":i}`, window 100; jobs/s from the first `submit()` to the last confirmation seen by the
- * controller. Baseline: the raw WebSocket server and clients of `lib/servers.ts` with the same
- * layout (sockets per process) and the same window per socket. Rounds alternate the two
- * systems (and which goes first) after two unmeasured warm-up runs of each; the ratio is the
- * median of the per-round ratios.
+ * controller. Baselines, with the same layout (sockets per process) and window per socket: the
+ * per-job raw WebSocket server and clients of `lib/servers.ts` (one frame per job, one
+ * confirmation per job), and the batched raw WebSocket limit of `lib/batched_raw.ts` (workpull's
+ * batching and cumulative confirmation, no queue logic). Rounds rotate the three systems (and
+ * which goes first) after two unmeasured warm-up runs of each; each ratio is the median of the
+ * per-round ratios.
  *
  * @module
  */
@@ -20,6 +22,7 @@ import {
   WorkpullSetup,
 } from "../lib/setups.ts";
 import { runtime, runtimeVersion } from "../lib/runtime.ts";
+import { BatchedRawSetup } from "../lib/batched_raw.ts";
 
 /** Unmeasured runs of each system before the rounds. */
 const WARMUP_RUNS = 2;
@@ -43,6 +46,11 @@ export interface ThroughputPair {
   /** workpull / raw, per round. */
   readonly ratios: number[];
   readonly ratio: number;
+  /** The batched raw WebSocket limit. */
+  readonly batched: { readonly samples: number[]; readonly median: number };
+  /** workpull / batched raw, per round, and their median. */
+  readonly batchedRatios: number[];
+  readonly batchedRatio: number;
 }
 
 /** The scenario's result. */
@@ -57,21 +65,35 @@ export interface ThroughputResult {
 /** Run the scenario on this process's runtime. */
 export async function throughput(options: ThroughputOptions): Promise<ThroughputResult> {
   const { jobs, rounds, window, log } = options;
-  const pairs: { topology: Topology; raw: Setup; workpull: Setup; r: number[]; w: number[] }[] = [];
+  const pairs: {
+    topology: Topology;
+    raw: Setup;
+    batched: Setup;
+    workpull: Setup;
+    r: number[];
+    b: number[];
+    w: number[];
+  }[] = [];
   try {
     for (const topology of options.topologies) {
       const raw = await RawSetup.start(topology, window);
-      const workpull = await WorkpullSetup.start(topology, { window }).catch(async (error) => {
+      const batched = await BatchedRawSetup.start(topology, window).catch(async (error) => {
         await raw.close();
         throw error;
       });
-      pairs.push({ topology, raw, workpull, r: [], w: [] });
+      const workpull = await WorkpullSetup.start(topology, { window }).catch(async (error) => {
+        await raw.close();
+        await batched.close();
+        throw error;
+      });
+      pairs.push({ topology, raw, batched, workpull, r: [], b: [], w: [] });
     }
     // JIT warm-up: Bun's optimizing tiers in particular take a few hundred thousand jobs.
     log(`  warm-up (${WARMUP_RUNS} × ${jobs.toLocaleString("en-US")} jobs each, not counted)`);
     for (let i = 0; i < WARMUP_RUNS; i++) {
       for (const pair of pairs) {
         await pair.raw.run(jobs);
+        await pair.batched.run(jobs);
         await pair.workpull.run(jobs);
       }
     }
@@ -79,22 +101,28 @@ export async function throughput(options: ThroughputOptions): Promise<Throughput
     for (let i = 0; i < rounds; i++) {
       const ordered = i % 2 === 0 ? pairs : pairs.toReversed();
       for (const pair of ordered) {
-        const first = (i >> 1) % 2 === 0;
-        for (const system of first ? ["raw", "workpull"] as const : ["workpull", "raw"] as const) {
+        // Each system goes first in turn; every other cycle the other two swap.
+        const systems = ["raw", "batched", "workpull"] as const;
+        const order = systems.map((_, k) => systems[(i + k) % systems.length]);
+        if ((i / systems.length | 0) % 2 === 1) order.push(...order.splice(1, 2).reverse());
+        for (const system of order) {
           const rate = await pair[system].run(jobs);
-          (system === "raw" ? pair.r : pair.w).push(rate);
+          (system === "raw" ? pair.r : system === "batched" ? pair.b : pair.w).push(rate);
         }
         const label = topologyLabel(pair.topology);
         log(
-          `  round ${i + 1}/${rounds} ${label}: raw ${fmt(pair.r.at(-1)!)}, workpull ${
-            fmt(pair.w.at(-1)!)
-          } jobs/s (${(pair.w.at(-1)! / pair.r.at(-1)!).toFixed(2)}x)`,
+          `  round ${i + 1}/${rounds} ${label}: raw ${fmt(pair.r.at(-1)!)}, batched raw ${
+            fmt(pair.b.at(-1)!)
+          }, workpull ${fmt(pair.w.at(-1)!)} jobs/s (${
+            (pair.w.at(-1)! / pair.r.at(-1)!).toFixed(2)
+          }x raw, ${(pair.w.at(-1)! / pair.b.at(-1)!).toFixed(2)}x batched)`,
         );
       }
     }
   } finally {
     for (const pair of pairs) {
       await pair.raw.close();
+      await pair.batched.close();
       await pair.workpull.close();
     }
   }
@@ -103,14 +131,18 @@ export async function throughput(options: ThroughputOptions): Promise<Throughput
     jobs,
     rounds,
     window,
-    pairs: pairs.map(({ topology, r, w }) => {
+    pairs: pairs.map(({ topology, r, b, w }) => {
       const ratios = w.map((value, i) => round(value / r[i], 3));
+      const batchedRatios = w.map((value, i) => round(value / b[i], 3));
       return {
         topology: topologyLabel(topology),
         raw: { samples: r.map((v) => round(v)), median: round(median(r)) },
         workpull: { samples: w.map((v) => round(v)), median: round(median(w)) },
         ratios,
         ratio: round(median(ratios), 3),
+        batched: { samples: b.map((v) => round(v)), median: round(median(b)) },
+        batchedRatios,
+        batchedRatio: round(median(batchedRatios), 3),
       };
     }),
   };

@@ -16,11 +16,22 @@ import process from "node:process";
 import { BufferedProducer, type Link, WorkPullingController } from "../../mod.ts";
 import { printTop, startProfiling, stopProfiling } from "../lib/profile.ts";
 import { median } from "../lib/stats.ts";
+import { commandLine, numberArg } from "../lib/cli.ts";
 import { repoPath } from "../lib/runtime.ts";
 
-const args = process.argv.slice(2).filter((arg) => !arg.startsWith("--"));
-const jobs = Number(args[0] ?? 300_000);
-const rounds = Number(args[1] ?? 5);
+const { values, positionals } = commandLine({
+  usage: "deno run -A bench/tools/controller_cpu.ts [jobs] [rounds] [--profile]",
+  summary: "The controller's CPU time per job without sockets (4 scripted workers, window 100).",
+  positionals: [
+    { name: "jobs", help: "jobs per round (default 300000)" },
+    { name: "rounds", help: "measured rounds (default 5)" },
+  ],
+  flags: {
+    profile: { kind: "switch", help: "record a CPU profile into .tmp/profiles and summarize it" },
+  },
+});
+const jobs = numberArg("jobs", positionals[0], 300_000);
+const rounds = numberArg("rounds", positionals[1], 5);
 const WINDOW = 100;
 
 const producer = new BufferedProducer<{ n: number }>();
@@ -90,7 +101,7 @@ async function batch(count: number): Promise<number> {
 }
 
 await batch(jobs / 2);
-const profile = process.argv.includes("--profile");
+const profile = values.profile === true;
 if (profile) await startProfiling();
 const times: number[] = [];
 for (let i = 0; i < rounds; i++) times.push(await batch(jobs));

@@ -18,9 +18,22 @@ import {
 } from "../../mod.ts";
 import { printTop, startProfiling, stopProfiling } from "../lib/profile.ts";
 import { repoPath } from "../lib/runtime.ts";
+import { commandLine, numberArg } from "../lib/cli.ts";
 
-const jobs = Number(process.argv[2] ?? 300_000);
-const rounds = Number(process.argv[3] ?? 3);
+const { values, positionals } = commandLine({
+  usage: "deno run -A bench/tools/profile_inprocess.ts [jobs] [rounds] [--profile]",
+  summary:
+    "Producer, controller and 4 in-process worker endpoints on one thread: jobs/s and µs/job.",
+  positionals: [
+    { name: "jobs", help: "jobs per round (default 300000)" },
+    { name: "rounds", help: "measured rounds (default 3)" },
+  ],
+  flags: {
+    profile: { kind: "switch", help: "record a CPU profile into .tmp/profiles and summarize it" },
+  },
+});
+const jobs = numberArg("jobs", positionals[0], 300_000);
+const rounds = numberArg("rounds", positionals[1], 3);
 const producer = new BufferedProducer<{ n: number }>();
 const controller = new WorkPullingController({ name: "bench", producer });
 await controller.start();
@@ -49,7 +62,7 @@ async function batch(count: number): Promise<number> {
   return performance.now() - start;
 }
 await batch(jobs / 2);
-const profile = process.argv.includes("--profile");
+const profile = values.profile === true;
 if (profile) await startProfiling();
 const times = [];
 for (let i = 0; i < rounds; i++) times.push(await batch(jobs));

@@ -6,10 +6,15 @@
  * @module
  */
 
-import process from "node:process";
+import { commandLine, numberArg } from "../lib/cli.ts";
 import { printTop } from "../lib/profile.ts";
 
-const top = Number(process.argv.find((arg) => arg.startsWith("--top="))?.slice(6) ?? 30);
-for (const path of process.argv.slice(2).filter((arg) => !arg.startsWith("--"))) {
-  printTop(path, 15, top);
-}
+const { values, positionals } = commandLine({
+  usage: "deno run -A bench/tools/profile_top.ts <file.cpuprofile>... [--top=N]",
+  summary: "Print self time by function and by source file of CPU profiles, the hottest first.",
+  positionals: [{ name: "file.cpuprofile", help: "a CPU profile (.cpuprofile); several allowed" }],
+  variadic: true,
+  flags: { top: { kind: "value", value: "N", help: "functions to list (default 30)" } },
+});
+const top = numberArg("--top", values.top, 30);
+for (const path of positionals) printTop(path, 15, top);

@@ -1,0 +1,188 @@
+/**
+ * The batched raw WebSocket baseline: the practical limit of workpull's wire protocol. It moves
+ * jobs the way workpull does — many jobs in one frame, confirmed cumulatively within a window
+ * that the client tops up at half — and does nothing else: no queue, no pool, no round-robin
+ * over bindings, no sessions, nonces or sequences checks, no validation, no redelivery.
+ *
+ * Server (this process, Deno or Bun): per socket it keeps the demand the client granted (`upTo`),
+ * what it sent (`sent`) and what is confirmed. When demand arrives, or a run starts, it sends
+ * every granted job at once as one text frame
+ * `{"type":"jobs","seq":s,"jobs":[{"id":<random UUID>,"payload":{"n":i}},…]}`, the shape of
+ * workpull's jobs frame. The client (`bench/scenarios/batched_raw_client.ts`) parses the frame
+ * with `JSON.parse`, takes each job in order, and after each one does what a workpull worker
+ * endpoint does: `{"type":"request","confirmed":c,"upTo":c+window}` when at most half the
+ * window remains granted, else `{"type":"ack","confirmed":c}` once the frame is used up. The
+ * server parses every frame with `JSON.parse`. A run ends when every job is confirmed.
+ *
+ * @module
+ */
+
+import { type Child, spawnChild, withTimeout } from "./proc.ts";
+import { now, repoPath, runtime, scriptCommand, until } from "./runtime.ts";
+import { type Setup, type Topology, topologyLabel } from "./setups.ts";
+
+/** The batched baseline server. */
+export interface BatchedRawServer {
+  readonly port: number;
+  /** Sockets connected so far. */
+  readonly sockets: number;
+  /** Jobs confirmed so far, over every run. */
+  readonly confirmed: number;
+  /** Send `jobs` jobs over the connected sockets within their demand; resolves when confirmed. */
+  run(jobs: number): Promise<void>;
+  close(): Promise<void>;
+}
+
+interface Peer {
+  readonly send: (text: string) => void;
+  /** Highest sequence granted, sent, confirmed. */
+  upTo: number;
+  sent: number;
+  confirmed: number;
+}
+
+/** Start the batched baseline server on 127.0.0.1, a free port. */
+export function batchedRawServer(): BatchedRawServer {
+  const peers: Peer[] = [];
+  let total = 0;
+  let handedOut = 0;
+  let confirmed = 0;
+  let target = 0;
+  let finish: (() => void) | undefined;
+
+  /** Send `peer` every granted job still to hand out, as one frame. */
+  const fill = (peer: Peer) => {
+    const count = Math.min(peer.upTo - peer.sent, total - handedOut);
+    if (count <= 0) return;
+    let frame = `{"type":"jobs","seq":${peer.sent + 1},"jobs":[`;
+    for (let i = 0; i < count; i++) {
+      handedOut += 1;
+      frame += `${i === 0 ? "" : ","}{"id":"${crypto.randomUUID()}","payload":${
+        JSON.stringify({ n: handedOut })
+      }}`;
+    }
+    peer.send(`${frame}]}`);
+    peer.sent += count;
+  };
+  const onFrame = (peer: Peer, data: unknown) => {
+    const frame = JSON.parse(data as string) as { confirmed: number; upTo?: number };
+    if (frame.confirmed > peer.confirmed) {
+      confirmed += frame.confirmed - peer.confirmed;
+      peer.confirmed = frame.confirmed;
+    }
+    if (frame.upTo !== undefined && frame.upTo > peer.upTo) peer.upTo = frame.upTo;
+    fill(peer);
+    if (confirmed >= target) finish?.();
+  };
+  const run = (jobs: number) =>
+    new Promise<void>((resolve) => {
+      total = jobs;
+      handedOut = 0;
+      target = confirmed + jobs;
+      finish = () => {
+        finish = undefined;
+        resolve();
+      };
+      for (const peer of peers) fill(peer);
+    });
+  const peerOf = (send: (text: string) => void): Peer => {
+    const peer: Peer = { send, upTo: 0, sent: 0, confirmed: 0 };
+    peers.push(peer);
+    return peer;
+  };
+  const server = (port: number, close: () => Promise<void>): BatchedRawServer => ({
+    port,
+    get sockets() {
+      return peers.length;
+    },
+    get confirmed() {
+      return confirmed;
+    },
+    run,
+    close,
+  });
+
+  if (runtime === "deno") {
+    const deno = Deno.serve({ port: 0, hostname: "127.0.0.1", onListen() {} }, (request) => {
+      const { socket, response } = Deno.upgradeWebSocket(request);
+      let peer: Peer | undefined;
+      socket.onopen = () => peer = peerOf((text) => socket.send(text));
+      socket.onmessage = (event) => onFrame(peer!, event.data);
+      return response;
+    });
+    return server(deno.addr.port, () => deno.shutdown());
+  }
+  type BunSocket = { send(text: string): number; data: { peer?: Peer } };
+  const bun = (globalThis as unknown as {
+    Bun: {
+      serve(options: unknown): { port: number; stop(force: boolean): Promise<void> | void };
+    };
+  }).Bun;
+  const served = bun.serve({
+    port: 0,
+    hostname: "127.0.0.1",
+    fetch: (request: Request, srv: { upgrade(request: Request, options: unknown): boolean }) =>
+      srv.upgrade(request, { data: {} }) ? undefined : new Response("upgrade", { status: 426 }),
+    websocket: {
+      open: (ws: BunSocket) => ws.data.peer = peerOf((text) => void ws.send(text)),
+      message: (ws: BunSocket, message: string) => onFrame(ws.data.peer!, message),
+    },
+  });
+  return server(served.port, async () => void await served.stop(true));
+}
+
+/** The batched baseline as a {@linkcode Setup}: its server here, client processes. */
+export class BatchedRawSetup implements Setup {
+  readonly label: string;
+  readonly server: BatchedRawServer;
+  readonly clients: Child[];
+
+  private constructor(label: string, server: BatchedRawServer, clients: Child[]) {
+    this.label = label;
+    this.server = server;
+    this.clients = clients;
+  }
+
+  /** `topology.processes` client processes with `topology.perProcess` sockets each. */
+  static async start(topology: Topology, window: number): Promise<BatchedRawSetup> {
+    const server = batchedRawServer();
+    const clients: Child[] = [];
+    try {
+      const { command, args } = scriptCommand(
+        runtime,
+        repoPath("bench/scenarios/batched_raw_client.ts"),
+      );
+      for (let i = 0; i < topology.processes; i++) {
+        const env = {
+          WORKPULL_BENCH: JSON.stringify({
+            url: `ws://127.0.0.1:${server.port}/`,
+            sockets: topology.perProcess,
+            window,
+          }),
+        };
+        const client = spawnChild(`batched raw client ${i}`, command, args, { env });
+        clients.push(client);
+        await client.next((report) => report.ev === "ready", "ready", 30_000);
+      }
+      const sockets = topology.processes * topology.perProcess;
+      await until(() => server.sockets === sockets, "batched raw sockets", 10_000);
+    } catch (error) {
+      await Promise.all(clients.map((client) => client.kill()));
+      await server.close();
+      throw error;
+    }
+    return new BatchedRawSetup(`batched raw WebSocket ${topologyLabel(topology)}`, server, clients);
+  }
+
+  /** Hand out `jobs` jobs; jobs/s from the first frame to the last confirmation. */
+  async run(jobs: number): Promise<number> {
+    const started = now();
+    await withTimeout(this.server.run(jobs), 120_000, `${jobs} batched raw confirmations`);
+    return jobs / ((now() - started) / 1000);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.clients.map((client) => client.kill()));
+    await withTimeout(this.server.close(), 10_000, "the batched raw server to close");
+  }
+}

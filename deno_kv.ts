@@ -31,7 +31,7 @@ export {
   type KvKey,
   type KvKeyPart,
   type KvLike,
-} from "./src/queue/deno_kv_queue.ts";
+} from "./src/queue/deno_kv/queue.ts";
 export * from "./src/queue/work_queue.ts";
 
 /**

@@ -16,8 +16,18 @@ const CORE_DIRS = [
   "src/worker",
   "src/protocol",
   "src/transport",
+  "src/lifecycle",
 ];
-const CORE_FILES = ["mod.ts", "src/queue/work_queue.ts", "src/queue/memory_queue.ts"];
+const CORE_FILES = [
+  "mod.ts",
+  "src/queue/work_queue.ts",
+  "src/queue/memory_queue.ts",
+  "src/backlog/job_store.ts",
+  "src/backlog/memory_job_store.ts",
+  "src/backlog/backlog_producer.ts",
+  "src/backlog/job_queue.ts",
+  "src/backlog/store_settings.ts",
+];
 const root = new URL("..", import.meta.url).pathname;
 
 function files(dir: string): string[] {

@@ -9,8 +9,8 @@ import {
   type KvEntryLike,
   type KvKey,
   type KvLike,
-} from "../src/queue/deno_kv_queue.ts";
-import { encodedKeySize, KvQueueLayout } from "../src/queue/deno_kv_layout.ts";
+} from "../src/queue/deno_kv/queue.ts";
+import { encodedKeySize, KvQueueLayout } from "../src/queue/deno_kv/layout.ts";
 import {
   isTerminalQueueError,
   QueueConflictError,

@@ -7,8 +7,8 @@
  * @module
  */
 
-import { encodeEpoch, encodeFlags, encodeJob, encodeMeta } from "../../src/queue/deno_kv_codec.ts";
-import { KvQueueLayout } from "../../src/queue/deno_kv_layout.ts";
+import { encodeEpoch, encodeFlags, encodeJob, encodeMeta } from "../../src/queue/deno_kv/codec.ts";
+import { KvQueueLayout } from "../../src/queue/deno_kv/layout.ts";
 
 const encoder = new TextEncoder();
 

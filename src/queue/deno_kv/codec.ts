@@ -15,8 +15,8 @@
  * @module
  */
 
-import { QueueConflictError } from "./work_queue.ts";
-import { KV_LIMITS } from "./deno_kv_port.ts";
+import { QueueConflictError } from "../work_queue.ts";
+import { KV_LIMITS } from "./port.ts";
 
 /**
  * Size bounds of the formats: every JSON record and the job header line (with its `\n`) fit in
@@ -24,7 +24,7 @@ import { KV_LIMITS } from "./deno_kv_port.ts";
  *
  * @example
  * ```ts
- * import { RECORD_BOUNDS } from "./deno_kv_codec.ts";
+ * import { RECORD_BOUNDS } from "./codec.ts";
  * console.assert(RECORD_BOUNDS.maxMessageIdBytes === 1024);
  * ```
  */
@@ -70,7 +70,7 @@ export interface EncodedJob {
  *
  * @example
  * ```ts
- * import { headCapacity } from "./deno_kv_codec.ts";
+ * import { headCapacity } from "./codec.ts";
  * console.assert(headCapacity(1024) === 65_536 - 128 - 1024);
  * ```
  */
@@ -83,7 +83,7 @@ export function headCapacity(messageIdBytes: number): number {
  *
  * @example
  * ```ts
- * import { partsFor } from "./deno_kv_codec.ts";
+ * import { partsFor } from "./codec.ts";
  * console.assert(partsFor(3, 100) === 0 && partsFor(3, 300_000) === 4);
  * ```
  */
@@ -99,7 +99,7 @@ export function partsFor(messageIdBytes: number, payloadBytes: number): number {
  *
  * @example Round-trip a job
  * ```ts
- * import { decodeJob, encodeJob, joinPayload } from "./deno_kv_codec.ts";
+ * import { decodeJob, encodeJob, joinPayload } from "./codec.ts";
  *
  * const bytes = (text: string) => new TextEncoder().encode(text);
  * const job = encodeJob(bytes("a"), bytes('"hello"'));
@@ -128,7 +128,7 @@ export function encodeJob(messageId: Uint8Array, payload: Uint8Array): EncodedJo
  *
  * @example
  * ```ts
- * import { decodeJob, encodeJob } from "./deno_kv_codec.ts";
+ * import { decodeJob, encodeJob } from "./codec.ts";
  *
  * const record = encodeJob(new TextEncoder().encode("a"), new TextEncoder().encode("1")).record;
  * console.assert(decodeJob(record, 5).messageId === "a");
@@ -163,7 +163,7 @@ export function decodeJob(value: unknown, seq: number): DecodedJob {
  *
  * @example
  * ```ts
- * import { decodeJob, encodeJob, joinPayload } from "./deno_kv_codec.ts";
+ * import { decodeJob, encodeJob, joinPayload } from "./codec.ts";
  *
  * const big = JSON.stringify("x".repeat(100_000));
  * const job = encodeJob(new TextEncoder().encode("a"), new TextEncoder().encode(big));
@@ -195,7 +195,7 @@ export function joinPayload(job: DecodedJob, parts: readonly Uint8Array[]): stri
  *
  * @example
  * ```ts
- * import { checkPart } from "./deno_kv_codec.ts";
+ * import { checkPart } from "./codec.ts";
  * console.assert(checkPart(new Uint8Array(1), 1).length === 1);
  * ```
  */
@@ -209,7 +209,7 @@ export function checkPart(value: unknown, seq: number): Uint8Array {
  *
  * @example
  * ```ts
- * import { decodeEpoch, encodeEpoch } from "./deno_kv_codec.ts";
+ * import { decodeEpoch, encodeEpoch } from "./codec.ts";
  * console.assert(decodeEpoch(encodeEpoch(3)) === 3);
  * ```
  */
@@ -222,7 +222,7 @@ export function encodeEpoch(epoch: number): Uint8Array {
  *
  * @example
  * ```ts
- * import { decodeEpoch } from "./deno_kv_codec.ts";
+ * import { decodeEpoch } from "./codec.ts";
  * console.assert(decodeEpoch(new TextEncoder().encode('{"epoch":7}')) === 7);
  * ```
  */
@@ -237,7 +237,7 @@ export function decodeEpoch(value: unknown): number {
  *
  * @example
  * ```ts
- * import { decodeMeta, encodeMeta } from "./deno_kv_codec.ts";
+ * import { decodeMeta, encodeMeta } from "./codec.ts";
  * console.assert(decodeMeta(encodeMeta(42)) === 42);
  * ```
  */
@@ -250,7 +250,7 @@ export function encodeMeta(currentSeq: number): Uint8Array {
  *
  * @example
  * ```ts
- * import { decodeMeta } from "./deno_kv_codec.ts";
+ * import { decodeMeta } from "./codec.ts";
  * console.assert(decodeMeta(new TextEncoder().encode('{"version":1,"currentSeq":0}')) === 0);
  * ```
  */
@@ -271,7 +271,7 @@ export function decodeMeta(value: unknown): number {
  *
  * @example
  * ```ts
- * import { decodeDone, encodeDone } from "./deno_kv_codec.ts";
+ * import { decodeDone, encodeDone } from "./codec.ts";
  * console.assert(decodeDone(encodeDone("a", 7)).seq === 7);
  * ```
  */
@@ -289,7 +289,7 @@ export function encodeDone(messageId: string, seq: number): Uint8Array {
  *
  * @example
  * ```ts
- * import { decodeDone } from "./deno_kv_codec.ts";
+ * import { decodeDone } from "./codec.ts";
  * console.assert(decodeDone(new TextEncoder().encode('{"seq":1}\na')).messageId === "a");
  * ```
  */
@@ -310,7 +310,7 @@ export function decodeDone(value: unknown): { readonly messageId: string; readon
  *
  * @example
  * ```ts
- * import { decodeFlags, encodeFlags } from "./deno_kv_codec.ts";
+ * import { decodeFlags, encodeFlags } from "./codec.ts";
  * console.assert(decodeFlags(encodeFlags({ accepted: true, confirmed: false }), 1).accepted);
  * ```
  */
@@ -324,7 +324,7 @@ export function encodeFlags(flags: JobFlags): Uint8Array {
  *
  * @example
  * ```ts
- * import { decodeFlags } from "./deno_kv_codec.ts";
+ * import { decodeFlags } from "./codec.ts";
  * const value = new TextEncoder().encode('{"accepted":false,"confirmed":true}');
  * console.assert(decodeFlags(value, 1).confirmed);
  * ```
@@ -342,7 +342,7 @@ export function decodeFlags(value: unknown, seq: number): JobFlags {
  *
  * @example
  * ```ts
- * import { malformed } from "./deno_kv_codec.ts";
+ * import { malformed } from "./codec.ts";
  * console.assert(malformed("a key is odd").name === "QueueConflictError");
  * ```
  */

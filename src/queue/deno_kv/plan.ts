@@ -11,7 +11,7 @@
  * @module
  */
 
-import { QueueConflictError, type StoreResult } from "./work_queue.ts";
+import { QueueConflictError, type StoreResult } from "../work_queue.ts";
 
 /** What the adapter keeps in memory about one retained job. */
 export interface KvJobInfo {
@@ -102,7 +102,7 @@ interface Draft {
  *
  * @example Store and accept in one batch
  * ```ts
- * import { planBatch } from "./deno_kv_plan.ts";
+ * import { planBatch } from "./plan.ts";
  *
  * const plan = planBatch({
  *   currentSeq: 0,

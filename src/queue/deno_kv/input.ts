@@ -7,9 +7,9 @@
  * @module
  */
 
-import type { QueueBatch } from "./work_queue.ts";
-import { partsFor } from "./deno_kv_codec.ts";
-import type { PlannedStore } from "./deno_kv_plan.ts";
+import type { QueueBatch } from "../work_queue.ts";
+import { partsFor } from "./codec.ts";
+import type { PlannedStore } from "./plan.ts";
 
 /** A checked, copied write: what `store`, `accept`, `confirmMessage` and `commit` turn into. */
 export interface WriteInput {
@@ -38,7 +38,7 @@ export interface InputLimits {
  *
  * @example
  * ```ts
- * import { prepareJob } from "./deno_kv_input.ts";
+ * import { prepareJob } from "./input.ts";
  *
  * const limits = { maxMessageIdBytes: 8, maxPayloadBytes: 8, batchLimits: { maxOperations: 1, maxBytes: 16 } };
  * console.assert(prepareJob("a", "1", limits).parts === 0);
@@ -79,7 +79,7 @@ export function prepareJob(
  *
  * @example
  * ```ts
- * import { prepareBatch } from "./deno_kv_input.ts";
+ * import { prepareBatch } from "./input.ts";
  *
  * const limits = { maxMessageIdBytes: 8, maxPayloadBytes: 8, batchLimits: { maxOperations: 2, maxBytes: 16 } };
  * const input = prepareBatch({ accept: ["a"], confirm: ["b"] }, limits);
@@ -120,7 +120,7 @@ export function prepareBatch(batch: QueueBatch, limits: InputLimits): WriteInput
  *
  * @example
  * ```ts
- * import { checkId } from "./deno_kv_input.ts";
+ * import { checkId } from "./input.ts";
  * console.assert(checkId("job-1") === "job-1");
  * ```
  */
@@ -136,7 +136,7 @@ export function checkId(messageId: unknown): string {
  *
  * @example
  * ```ts
- * import { checkSeq } from "./deno_kv_input.ts";
+ * import { checkSeq } from "./input.ts";
  * console.assert(checkSeq(3, "proposedSeq") === 3);
  * ```
  */
@@ -152,7 +152,7 @@ export function checkSeq(seq: unknown, name: string): number {
  *
  * @example
  * ```ts
- * import { utf8Length } from "./deno_kv_input.ts";
+ * import { utf8Length } from "./input.ts";
  * console.assert(utf8Length("aé✓🎉") === 1 + 2 + 3 + 4);
  * ```
  */

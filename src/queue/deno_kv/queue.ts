@@ -2,7 +2,7 @@
  * A {@linkcode DurableWorkQueue} on Deno KV (a local SQLite file, Deno Deploy or a denokv
  * server); on Node and Bun, pass an npm `@deno/kv` handle.
  *
- * Key layout under the prefix `P` (default `["workpull"]`; value formats in `deno_kv_codec.ts`):
+ * Key layout under the prefix `P` (default `["workpull"]`; value formats in `codec.ts`):
  *
  * ```text
  * [...P, "epoch"]         {"epoch":n}                       written only by load: the fence
@@ -58,11 +58,11 @@ import type {
   QueueEpoch,
   StoreRequest,
   StoreResult,
-} from "./work_queue.ts";
-import { QueueConflictError, QueueFencedError } from "./work_queue.ts";
-import { durationOption, integerOption } from "../core/options.ts";
-import { isKvLockedError, type KvKey, type KvLike, MeasuredAtomic } from "./deno_kv_port.ts";
-import { KvQueueLayout } from "./deno_kv_layout.ts";
+} from "../work_queue.ts";
+import { QueueConflictError, QueueFencedError } from "../work_queue.ts";
+import { durationOption, integerOption } from "../../core/options.ts";
+import { isKvLockedError, type KvKey, type KvLike, MeasuredAtomic } from "./port.ts";
+import { KvQueueLayout } from "./layout.ts";
 import {
   decodeDone,
   decodeEpoch,
@@ -71,9 +71,9 @@ import {
   encodeFlags,
   encodeJob,
   encodeMeta,
-} from "./deno_kv_codec.ts";
-import { type BatchPlan, type KvJobInfo, planBatch } from "./deno_kv_plan.ts";
-import { checkId, checkSeq, prepareBatch, prepareJob, type WriteInput } from "./deno_kv_input.ts";
+} from "./codec.ts";
+import { type BatchPlan, type KvJobInfo, planBatch } from "./plan.ts";
+import { checkId, checkSeq, prepareBatch, prepareJob, type WriteInput } from "./input.ts";
 import {
   checkStamps,
   readPayloads,
@@ -81,16 +81,9 @@ import {
   readStableSnapshot,
   type Snapshot,
   StaleReadError,
-} from "./deno_kv_read.ts";
+} from "./read.ts";
 
-export type {
-  KvAtomicLike,
-  KvCheckLike,
-  KvEntryLike,
-  KvKey,
-  KvKeyPart,
-  KvLike,
-} from "./deno_kv_port.ts";
+export type { KvAtomicLike, KvCheckLike, KvEntryLike, KvKey, KvKeyPart, KvLike } from "./port.ts";
 
 /** Options of {@linkcode DenoKvWorkQueue}. */
 export interface DenoKvWorkQueueOptions {
@@ -134,7 +127,7 @@ const noop = () => {};
  *
  * @example Store, accept and reload on an in-memory KV
  * ```ts
- * import { DenoKvWorkQueue } from "./deno_kv_queue.ts";
+ * import { DenoKvWorkQueue } from "./queue.ts";
  *
  * const kv = await Deno.openKv(":memory:");
  * const queue = new DenoKvWorkQueue(kv, { prefix: ["jobs"] });

@@ -62,7 +62,7 @@ export interface KvLike {
  *
  * @example
  * ```ts
- * import { KV_LIMITS } from "./deno_kv_port.ts";
+ * import { KV_LIMITS } from "./port.ts";
  * console.assert(KV_LIMITS.maxMutationBytes === 800 * 1024);
  * ```
  */
@@ -83,7 +83,7 @@ export const KV_LIMITS = {
  *
  * @example Count a commit
  * ```ts
- * import { MeasuredAtomic } from "./deno_kv_port.ts";
+ * import { MeasuredAtomic } from "./port.ts";
  *
  * const kv = await Deno.openKv(":memory:");
  * const atomic = new MeasuredAtomic(kv.atomic())
@@ -159,7 +159,7 @@ export class MeasuredAtomic {
  *
  * @example
  * ```ts
- * import { isKvLockedError } from "./deno_kv_port.ts";
+ * import { isKvLockedError } from "./port.ts";
  * console.assert(isKvLockedError(new TypeError("database is locked")));
  * ```
  */

@@ -9,9 +9,9 @@
  * @module
  */
 
-import { QueueConflictError, QueueFencedError, type UnconfirmedMessage } from "./work_queue.ts";
-import { KV_LIMITS, type KvEntryLike, type KvKey, type KvLike } from "./deno_kv_port.ts";
-import type { KvQueueLayout } from "./deno_kv_layout.ts";
+import { QueueConflictError, QueueFencedError, type UnconfirmedMessage } from "../work_queue.ts";
+import { KV_LIMITS, type KvEntryLike, type KvKey, type KvLike } from "./port.ts";
+import type { KvQueueLayout } from "./layout.ts";
 import {
   checkPart,
   type DecodedJob,
@@ -22,8 +22,8 @@ import {
   type JobFlags,
   joinPayload,
   malformed,
-} from "./deno_kv_codec.ts";
-import type { KvJobInfo } from "./deno_kv_plan.ts";
+} from "./codec.ts";
+import type { KvJobInfo } from "./plan.ts";
 
 /** The versionstamps of the epoch and meta keys at one instant. */
 export interface Stamps {
@@ -52,7 +52,7 @@ export interface Snapshot extends Stamps {
  *
  * @example
  * ```ts
- * import { StaleReadError } from "./deno_kv_read.ts";
+ * import { StaleReadError } from "./read.ts";
  * console.assert(new StaleReadError() instanceof Error);
  * ```
  */
@@ -72,8 +72,8 @@ const READ_ATTEMPTS = 3;
  *
  * @example
  * ```ts
- * import { readStamps } from "./deno_kv_read.ts";
- * import { KvQueueLayout } from "./deno_kv_layout.ts";
+ * import { readStamps } from "./read.ts";
+ * import { KvQueueLayout } from "./layout.ts";
  *
  * const kv = await Deno.openKv(":memory:");
  * const stamps = await readStamps(kv, new KvQueueLayout(["q"]));
@@ -91,7 +91,7 @@ export async function readStamps(kv: KvLike, layout: KvQueueLayout): Promise<Sta
  *
  * @example
  * ```ts
- * import { checkStamps } from "./deno_kv_read.ts";
+ * import { checkStamps } from "./read.ts";
  *
  * const entry = (versionstamp: string | null) => ({ key: [], value: null, versionstamp });
  * checkStamps({ epochVs: "1", metaVs: null }, entry("1"), entry(null));
@@ -110,8 +110,8 @@ export function checkStamps(expected: Stamps, epoch: KvEntryLike, meta: KvEntryL
  *
  * @example Read an empty queue
  * ```ts
- * import { readSnapshot } from "./deno_kv_read.ts";
- * import { KvQueueLayout } from "./deno_kv_layout.ts";
+ * import { readSnapshot } from "./read.ts";
+ * import { KvQueueLayout } from "./layout.ts";
  *
  * const kv = await Deno.openKv(":memory:");
  * const snapshot = await readSnapshot(kv, new KvQueueLayout(["q"]), { payloads: true });
@@ -184,8 +184,8 @@ export async function readSnapshot(
  *
  * @example
  * ```ts
- * import { readStableSnapshot } from "./deno_kv_read.ts";
- * import { KvQueueLayout } from "./deno_kv_layout.ts";
+ * import { readStableSnapshot } from "./read.ts";
+ * import { KvQueueLayout } from "./layout.ts";
  *
  * const kv = await Deno.openKv(":memory:");
  * const snapshot = await readStableSnapshot(kv, new KvQueueLayout(["q"]), { payloads: false, epoch: 0 });
@@ -215,8 +215,8 @@ export async function readStableSnapshot(
  *
  * @example
  * ```ts
- * import { readPayloads } from "./deno_kv_read.ts";
- * import { KvQueueLayout } from "./deno_kv_layout.ts";
+ * import { readPayloads } from "./read.ts";
+ * import { KvQueueLayout } from "./layout.ts";
  *
  * const kv = await Deno.openKv(":memory:");
  * const payloads = await readPayloads(kv, new KvQueueLayout(["q"]), { epochVs: null, metaVs: null }, []);

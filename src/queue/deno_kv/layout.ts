@@ -3,7 +3,7 @@
  * it: the largest payload, the largest MessageID and the size of one group commit, chosen so
  * that any batch within them fits one Deno KV atomic commit.
  *
- * | Key | Value (see `deno_kv_codec.ts`) | Written by |
+ * | Key | Value (see `codec.ts`) | Written by |
  * |---|---|---|
  * | `[...P, "epoch"]` | epoch record | `load` only: the fencing key |
  * | `[...P, "meta"]` | meta record (append cursor) | every write: the change marker |
@@ -18,8 +18,8 @@
  * @module
  */
 
-import { KV_LIMITS, type KvKey, type KvKeyPart } from "./deno_kv_port.ts";
-import { headCapacity, RECORD_BOUNDS } from "./deno_kv_codec.ts";
+import { KV_LIMITS, type KvKey, type KvKeyPart } from "./port.ts";
+import { headCapacity, RECORD_BOUNDS } from "./codec.ts";
 
 const MAX_PREFIX_BYTES = 1_024;
 const MAX_PAYLOAD_BYTES = 640 * 1_024;
@@ -31,7 +31,7 @@ const encoder = new TextEncoder();
  *
  * @example Measure keys
  * ```ts
- * import { encodedKeySize } from "./deno_kv_layout.ts";
+ * import { encodedKeySize } from "./layout.ts";
  *
  * console.assert(encodedKeySize(["workpull"]) === 10);
  * console.assert(encodedKeySize(["workpull", "job", 1]) === 24);
@@ -84,7 +84,7 @@ export interface KeySizes {
  *
  * @example Keys and limits of the default prefix
  * ```ts
- * import { KvQueueLayout } from "./deno_kv_layout.ts";
+ * import { KvQueueLayout } from "./layout.ts";
  *
  * const layout = new KvQueueLayout(["workpull"]);
  * console.assert(layout.jobKey(7).join("/") === "workpull/job/7");

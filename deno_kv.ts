@@ -1,7 +1,9 @@
 /**
- * The Deno KV durable work queue: attach it to a `WorkPullingController` and every accepted job
- * survives a controller crash. It takes any `Deno.Kv`-shaped handle: `Deno.openKv(path)` on
- * Deno, or `openKv(path)` from npm `@deno/kv` on Node and Bun.
+ * workpull on Deno KV: `DenoKvJobStore`, the job store of a `JobQueue` (backlog, job states,
+ * retries and dead letters survive a crash), and `DenoKvWorkQueue`, the durable work queue of a
+ * plain `WorkPullingController` (every accepted job survives a controller crash). Both take any
+ * `Deno.Kv`-shaped handle: `Deno.openKv(path)` on Deno, or `openKv(path)` from npm `@deno/kv` on
+ * Node and Bun.
  *
  * @example A controller whose jobs survive a crash
  * ```ts
@@ -32,6 +34,7 @@ export {
   type KvKeyPart,
   type KvLike,
 } from "./src/queue/deno_kv/queue.ts";
+export { DenoKvJobStore, type DenoKvJobStoreOptions } from "./src/backlog/deno_kv/job_store.ts";
 export * from "./src/queue/work_queue.ts";
 
 /**

@@ -32,7 +32,7 @@
  * @module
  */
 
-export { type Clock, systemClock, type TimerHandle } from "./src/core/clock.ts";
+export { type Clock, systemClock, type TimerHandle, wallClock } from "./src/core/clock.ts";
 export {
   type ControllerState,
   type ControllerStats,

@@ -77,7 +77,7 @@ describe("backlog", () => {
     s.worker("w1");
     await s.until(() => s.runs.length === 3, "three runs", 10_000);
     const at = Object.fromEntries(s.runs.map((run) => [run.messageId, run.at - start]));
-    assert.equal(at.now, 0);
+    assert.ok(at.now <= 10, `"now" ran at ${at.now} ms`);
     assert.ok(at.at >= 2_000 && at.at <= 2_100, `"at" ran at ${at.at} ms`);
     assert.ok(at.later >= 5_000 && at.later <= 5_100, `"later" ran at ${at.later} ms`);
     await s.close();

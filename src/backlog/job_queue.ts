@@ -181,7 +181,6 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
     this.store = store;
     this.#producer = new BacklogProducer(store);
     this.controller = new WorkPullingController({
-      clock: store.clock,
       ...options.controller,
       name: options.name,
       producer: this.#producer,

@@ -127,7 +127,7 @@ export class BacklogFullError extends Error {
 export interface JobStore extends DurableWorkQueue {
   /** The settings it applies (fixed at construction). */
   readonly settings: JobStoreSettings;
-  /** Its time source: due times and timestamps are on this clock. */
+  /** Its time source (wall-clock ms): due times and timestamps are on this clock. */
   readonly clock: Clock;
   /** Register the owner's listener (one; the `JobQueue`). */
   listen(listener: JobStoreListener): void;

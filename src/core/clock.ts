@@ -38,6 +38,22 @@ export const systemClock: Clock = {
   },
 };
 
+/**
+ * Wall-clock time: `Date.now()` (epoch ms) and the global `setTimeout`. For what is persisted
+ * and compared across processes and restarts (a job's due time, its timestamps), where the
+ * monotonic {@linkcode systemClock} has no meaning.
+ *
+ * @example
+ * ```ts
+ * import { wallClock } from "./clock.ts";
+ * console.assert(Math.abs(wallClock.now() - Date.now()) < 1000);
+ * ```
+ */
+export const wallClock: Clock = {
+  now: () => Date.now(),
+  setTimeout: systemClock.setTimeout,
+};
+
 interface SimulatedTimer {
   readonly at: number;
   readonly order: number;

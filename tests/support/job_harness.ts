@@ -39,7 +39,11 @@ export class JobSystem {
     controller: { maxBatch?: number; retryInterval?: number } = {},
   ) {
     this.store = new MemoryJobStore({ ...options, clock: this.clock, random: () => 0.5 });
-    this.queue = new JobQueue({ name: "jobs", store: this.store, controller });
+    this.queue = new JobQueue({
+      name: "jobs",
+      store: this.store,
+      controller: { ...controller, clock: this.clock },
+    });
   }
 
   /**

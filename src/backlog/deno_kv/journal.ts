@@ -1,0 +1,231 @@
+/**
+ * The Deno KV journal of a job store: it persists every change of the store's index before the
+ * store's call resolves, fenced by an epoch, and reads the whole store back at load.
+ *
+ * - **Fencing.** `open` writes the next epoch under a check on the current one, then reads
+ *   everything; every commit checks the epoch key's versionstamp, which only `open` changes, so a
+ *   store that another process opened since gets `QueueFencedError` and writes nothing.
+ * - **Commits.** One call's changes (job records, payload parts, the cursor) go in one atomic
+ *   commit; a change too large for one (a large batch) is split across consecutive commits in
+ *   order. Each is fenced; a crash between them keeps a prefix, which the store's idempotent
+ *   operations heal when the call is repeated.
+ * - **Errors.** `database is locked` means not applied and is rethrown (retriable). Any other
+ *   failed commit has an unknown outcome; the store then re-reads the journal (`reread`) before
+ *   its next call.
+ * - **Finished jobs** are written with `expireIn` of the retention, so KV forgets them even if
+ *   the store's count-based eviction never gets to them.
+ *
+ * @module
+ */
+
+import { QueueFencedError } from "../../queue/work_queue.ts";
+import { KV_LIMITS, type KvEntryLike, type KvKey, type KvLike } from "../../queue/deno_kv/port.ts";
+import { encodedKeySize } from "../../queue/deno_kv/layout.ts";
+import { decodeEpoch, encodeEpoch } from "../../queue/deno_kv/codec.ts";
+import type { Journal, JournalChange, JournalEntry, JournalSnapshot } from "../job_store_engine.ts";
+import {
+  decodeEntry,
+  decodeMeta,
+  encodeEntry,
+  encodeMeta,
+  JobStoreKeys,
+  joinPayload,
+  malformed,
+  splitPayload,
+} from "./records.ts";
+
+/** One KV write. */
+type Write =
+  | {
+    readonly kind: "set";
+    readonly key: KvKey;
+    readonly value: Uint8Array;
+    readonly expireIn?: number;
+  }
+  | { readonly kind: "delete"; readonly key: KvKey };
+
+const ATTEMPTS = 3;
+
+/** A {@linkcode Journal} on a Deno KV handle (Deno's, or npm `@deno/kv` on Node and Bun). */
+export class DenoKvJournal implements Journal {
+  readonly #kv: KvLike;
+  readonly #keys: JobStoreKeys;
+  readonly #retention: number;
+  /** The epoch key's versionstamp under the epoch this journal writes with. */
+  #epochVs: string | null = null;
+  #epoch = 0;
+  /** How many parts each kept payload has (so a delete removes exactly those). */
+  readonly #parts = new Map<string, number>();
+
+  /** A journal under `prefix`; finished jobs expire after `retention` ms. */
+  constructor(kv: KvLike, prefix: KvKey, retention: number) {
+    this.#kv = kv;
+    this.#keys = new JobStoreKeys(prefix);
+    this.#retention = retention;
+  }
+
+  /** Acquire writership under the next epoch, then read the whole store. */
+  async open(signal?: AbortSignal): Promise<{ epoch: number; snapshot: JournalSnapshot }> {
+    const key = this.#keys.epoch;
+    for (let attempt = 1;; attempt++) {
+      signal?.throwIfAborted();
+      const [entry] = await this.#kv.getMany([key]);
+      const epoch = (entry.versionstamp === null ? 0 : decodeEpoch(entry.value)) + 1;
+      const result = await this.#kv.atomic()
+        .check({ key, versionstamp: entry.versionstamp })
+        .set(key, encodeEpoch(epoch))
+        .commit();
+      if (result.ok) {
+        this.#epoch = epoch;
+        this.#epochVs = result.versionstamp;
+        return { epoch, snapshot: await this.#read() };
+      }
+      if (attempt === ATTEMPTS) {
+        throw new Error(`Cannot load the job store: other loads won the epoch ${ATTEMPTS} times`);
+      }
+    }
+  }
+
+  /** Read the store again under `epoch` (after a write whose outcome is unknown). */
+  async reread(epoch: number): Promise<JournalSnapshot> {
+    await this.#checkEpoch(epoch);
+    return await this.#read();
+  }
+
+  /** Persist `change` under `epoch`, in one commit if it fits, else in consecutive ones. */
+  async commit(epoch: number, change: JournalChange, signal?: AbortSignal): Promise<void> {
+    if (epoch !== this.#epoch || this.#epochVs === null) {
+      throw new QueueFencedError(`Cannot write: epoch ${epoch} is fenced (current ${this.#epoch})`);
+    }
+    const writes = this.#writes(change);
+    for (const batch of this.#batches(writes)) {
+      signal?.throwIfAborted();
+      const atomic = this.#kv.atomic().check({
+        key: this.#keys.epoch,
+        versionstamp: this.#epochVs,
+      });
+      for (const write of batch) {
+        if (write.kind === "delete") atomic.delete(write.key);
+        else if (write.expireIn === undefined) atomic.set(write.key, write.value);
+        else atomic.set(write.key, write.value, { expireIn: write.expireIn });
+      }
+      // A throw is either "database is locked" (not applied: retriable as it is) or an unknown
+      // outcome, after which the store re-reads the journal before its next call.
+      const result = await atomic.commit();
+      if (!result.ok) {
+        throw new QueueFencedError(`Cannot write: epoch ${epoch} is fenced by a newer load`);
+      }
+    }
+    for (const [id, payload] of change.payloads) {
+      if (payload === undefined) this.#parts.delete(id);
+      else this.#parts.set(id, splitPayload(payload).length);
+    }
+  }
+
+  /** The writes of one change. */
+  #writes(change: JournalChange): Write[] {
+    const writes: Write[] = [];
+    const keys = this.#keys;
+    for (const [id, entry] of change.entries) {
+      if (!entry) {
+        writes.push({ kind: "delete", key: keys.job(id) });
+        continue;
+      }
+      const finished = entry.record.state === "completed" || entry.record.state === "cancelled";
+      writes.push({
+        kind: "set",
+        key: keys.job(id),
+        value: encodeEntry(entry),
+        ...(finished && this.#retention > 0 ? { expireIn: this.#retention } : {}),
+      });
+    }
+    for (const [id, payload] of change.payloads) {
+      const before = this.#parts.get(id) ?? 0;
+      const parts = payload === undefined ? [] : splitPayload(payload);
+      parts.forEach((part, n) =>
+        writes.push({ kind: "set", key: keys.payload(id, n), value: part })
+      );
+      for (let n = parts.length; n < before; n++) {
+        writes.push({ kind: "delete", key: keys.payload(id, n) });
+      }
+    }
+    if (change.currentSeq !== undefined) {
+      writes.push({ kind: "set", key: keys.meta, value: encodeMeta(change.currentSeq) });
+    }
+    return writes;
+  }
+
+  /** Split writes into groups that each fit one atomic commit (with its epoch check). */
+  *#batches(writes: readonly Write[]): Iterable<Write[]> {
+    const checkBytes = encodedKeySize(this.#keys.epoch);
+    let batch: Write[] = [];
+    let bytes = checkBytes;
+    let setKeyBytes = 0;
+    for (const write of writes) {
+      const keySize = encodedKeySize(write.key);
+      const size = write.kind === "set" ? 2 * keySize + write.value.length : keySize;
+      const setKey = write.kind === "set" ? keySize : 0;
+      if (
+        batch.length > 0 &&
+        (batch.length + 1 > KV_LIMITS.maxMutations || bytes + size > KV_LIMITS.maxMutationBytes ||
+          setKeyBytes + setKey > KV_LIMITS.maxSetKeyBytes)
+      ) {
+        yield batch;
+        batch = [];
+        bytes = checkBytes;
+        setKeyBytes = 0;
+      }
+      batch.push(write);
+      bytes += size;
+      setKeyBytes += setKey;
+    }
+    if (batch.length > 0) yield batch;
+  }
+
+  /** Throws `QueueFencedError` unless `epoch` still owns the store. */
+  async #checkEpoch(epoch: number): Promise<void> {
+    const [entry] = await this.#kv.getMany([this.#keys.epoch]);
+    if (epoch !== this.#epoch || entry.versionstamp !== this.#epochVs) {
+      throw new QueueFencedError(`Cannot write: epoch ${epoch} is fenced by a newer load`);
+    }
+  }
+
+  /** Everything the store keeps. No other writer can change it meanwhile: they are fenced. */
+  async #read(): Promise<JournalSnapshot> {
+    const [meta] = await this.#kv.getMany([this.#keys.meta]);
+    const currentSeq = meta.versionstamp === null ? 0 : decodeMeta(meta.value);
+    const entries: JournalEntry[] = [];
+    const depth = this.#keys.prefix.length;
+    for await (const entry of list(this.#kv, this.#keys.jobs)) {
+      const id = entry.key[depth + 1];
+      if (typeof id !== "string" || entry.key.length !== depth + 2) {
+        throw malformed(`a job key has the wrong shape (${entry.key.map(String).join("/")})`);
+      }
+      entries.push(decodeEntry(entry.value, id));
+    }
+    const parts = new Map<string, Uint8Array[]>();
+    for await (const entry of list(this.#kv, this.#keys.payloads)) {
+      const [id, n] = [entry.key[depth + 1], entry.key[depth + 2]];
+      if (typeof id !== "string" || typeof n !== "number" || !(entry.value instanceof Uint8Array)) {
+        throw malformed(`a payload key has the wrong shape (${entry.key.map(String).join("/")})`);
+      }
+      const found = parts.get(id) ?? [];
+      found[n] = entry.value;
+      parts.set(id, found);
+    }
+    this.#parts.clear();
+    const payloads = new Map<string, string>();
+    for (const [id, found] of parts) {
+      if (found.some((part) => part === undefined)) {
+        throw malformed(`the payload of job ${id} has a missing part`);
+      }
+      payloads.set(id, joinPayload(found, id));
+      this.#parts.set(id, found.length);
+    }
+    return { currentSeq, entries, payloads };
+  }
+}
+
+function list(kv: KvLike, prefix: KvKey): AsyncIterable<KvEntryLike> {
+  return kv.list({ prefix }, { batchSize: KV_LIMITS.maxListBatch });
+}

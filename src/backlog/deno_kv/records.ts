@@ -1,0 +1,143 @@
+/**
+ * Keys and values of the Deno KV job store under a prefix `P`:
+ *
+ * ```text
+ * [...P, "epoch"]            {"epoch":n}                    written only by load: the fence
+ * [...P, "meta"]             {"v":1,"seq":n}                the work queue's append cursor
+ * [...P, "job", id]          {"r":record,"o":order,"a":try} one per job (finished ones expire)
+ * [...P, "payload", id, n]   payload bytes, n = 0, 1, ...   until the job is finished
+ * ```
+ *
+ * Values are `Uint8Array` JSON (readable from every runtime); a payload is split into parts of
+ * at most 60 KiB (a value holds 64 KiB).
+ *
+ * @module
+ */
+
+import type { Active, JournalEntry } from "../job_store_engine.ts";
+import type { JobRecord } from "../../lifecycle/job_record.ts";
+import type { KvKey } from "../../queue/deno_kv/port.ts";
+import { QueueConflictError } from "../../queue/work_queue.ts";
+
+/** Bytes per payload part. */
+export const PART_BYTES = 60 * 1024;
+const encoder = new TextEncoder();
+const decoder = new TextDecoder("utf-8", { fatal: true });
+
+/** The keys of one job store. */
+export class JobStoreKeys {
+  /** The fencing key. */
+  readonly epoch: KvKey;
+  /** The append cursor's key. */
+  readonly meta: KvKey;
+  /** List prefix of the job records. */
+  readonly jobs: KvKey;
+  /** List prefix of the payload parts. */
+  readonly payloads: KvKey;
+
+  /** Keys under `prefix`. */
+  constructor(readonly prefix: KvKey) {
+    this.epoch = [...prefix, "epoch"];
+    this.meta = [...prefix, "meta"];
+    this.jobs = [...prefix, "job"];
+    this.payloads = [...prefix, "payload"];
+  }
+
+  /** A job's record. */
+  job(id: string): KvKey {
+    return [...this.jobs, id];
+  }
+
+  /** Part `n` of a job's payload. */
+  payload(id: string, n: number): KvKey {
+    return [...this.payloads, id, n];
+  }
+}
+
+/** Encode a job's entry. */
+export function encodeEntry(entry: JournalEntry): Uint8Array {
+  return encoder.encode(JSON.stringify({
+    r: entry.record,
+    ...(entry.order === undefined ? {} : { o: entry.order }),
+    ...(entry.active ? { a: entry.active } : {}),
+  }));
+}
+
+/** Decode a job's entry; throws `QueueConflictError` for a malformed one. */
+export function decodeEntry(value: unknown, id: string): JournalEntry {
+  const parsed = parse(value, `the record of job ${id}`) as {
+    r?: JobRecord;
+    o?: number;
+    a?: Active;
+  };
+  const record = parsed.r;
+  if (
+    typeof record !== "object" || record === null || record.id !== id ||
+    typeof record.state !== "string" || !Number.isSafeInteger(record.attempts)
+  ) {
+    throw malformed(`the record of job ${id} is not a job record`);
+  }
+  return {
+    record,
+    ...(Number.isSafeInteger(parsed.o) ? { order: parsed.o } : {}),
+    ...(parsed.a && Number.isSafeInteger(parsed.a.seq) ? { active: { ...parsed.a } } : {}),
+  };
+}
+
+/** Encode the meta record. */
+export function encodeMeta(currentSeq: number): Uint8Array {
+  return encoder.encode(JSON.stringify({ v: 1, seq: currentSeq }));
+}
+
+/** Decode the meta record into the append cursor. */
+export function decodeMeta(value: unknown): number {
+  const { v, seq } = parse(value, "the meta record") as { v?: number; seq?: number };
+  if (v !== 1 || !Number.isSafeInteger(seq) || (seq as number) < 0) {
+    throw malformed(`the meta record is ${JSON.stringify({ v, seq })}`);
+  }
+  return seq as number;
+}
+
+/** A payload's UTF-8 bytes in parts of at most {@linkcode PART_BYTES}. */
+export function splitPayload(payload: string): Uint8Array[] {
+  const bytes = encoder.encode(payload);
+  const parts: Uint8Array[] = [];
+  for (let at = 0; at < bytes.length || parts.length === 0; at += PART_BYTES) {
+    parts.push(bytes.subarray(at, at + PART_BYTES));
+  }
+  return parts;
+}
+
+/** Join a payload's parts (in order) back into its text. */
+export function joinPayload(parts: readonly Uint8Array[], id: string): string {
+  const length = parts.reduce((sum, part) => sum + part.length, 0);
+  const bytes = new Uint8Array(length);
+  let at = 0;
+  for (const part of parts) {
+    bytes.set(part, at);
+    at += part.length;
+  }
+  try {
+    return decoder.decode(bytes);
+  } catch (error) {
+    throw malformed(`the payload of job ${id} is not UTF-8`, error);
+  }
+}
+
+function parse(value: unknown, where: string): Record<string, unknown> {
+  if (!(value instanceof Uint8Array)) throw malformed(`${where} is not bytes`);
+  try {
+    const parsed = JSON.parse(decoder.decode(value));
+    if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) return parsed;
+  } catch (error) {
+    throw malformed(`${where} is not JSON`, error);
+  }
+  throw malformed(`${where} is not a JSON object`);
+}
+
+/** The conflict reported for malformed persisted state. */
+export function malformed(detail: string, cause?: unknown): QueueConflictError {
+  return new QueueConflictError(`Cannot read the job store: malformed persisted state: ${detail}`, {
+    cause,
+  });
+}

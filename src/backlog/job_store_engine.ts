@@ -1,0 +1,826 @@
+/**
+ * The job store engine: the {@linkcode JobStore} contract over an in-memory index, written through
+ * a {@linkcode Journal}. The in-memory store's journal keeps nothing; the Deno KV store's journal
+ * commits every change (fenced by the epoch) before a call resolves, and re-reads the store after
+ * a write whose outcome is unknown. Calls run one at a time, in call order, so all are
+ * linearizable.
+ *
+ * Where a job is kept:
+ * - its record (state, attempts, timestamps, result or error) in `#records`, its payload in
+ *   `#payloads` until it finishes;
+ * - a queued job (waiting, scheduled or failed) has one live entry in the `#due` heap (ordered by
+ *   priority, then due time, then submission order) or the `#scheduled` heap (ordered by due
+ *   time); entries are replaced, never edited, so a stale one is recognised and skipped;
+ * - a taken job is reserved until the controller stores it; then it is in `#active`, the work
+ *   queue the controller reloads from, until its confirmation carries the try's outcome;
+ * - finished jobs are kept for the retention (by count and by age), dead ones until retried or
+ *   deleted.
+ *
+ * @module
+ */
+
+import { type Clock, type TimerHandle, wallClock } from "../core/clock.ts";
+import { Heap } from "../core/heap.ts";
+import { RecentMap } from "../core/recent_map.ts";
+import {
+  finishTry,
+  infoOf,
+  isQueued,
+  type JobInfo,
+  type JobOutcome,
+  type JobRecord,
+  newRecord,
+  reviveDead,
+  startTry,
+  tryTimeout,
+} from "../lifecycle/job_record.ts";
+import { planJob } from "../lifecycle/job_options.ts";
+import {
+  type CompletedMessage,
+  type ConfirmOptions,
+  type LoadResult,
+  type QueueBatch,
+  type QueueBatchLimits,
+  type QueueBatchResult,
+  type QueueCallOptions,
+  QueueConflictError,
+  type QueueEpoch,
+  QueueFencedError,
+  type StoreRequest,
+  type StoreResult,
+  type UnconfirmedMessage,
+} from "../queue/work_queue.ts";
+import {
+  type BacklogCounts,
+  BacklogFullError,
+  COMPLETED,
+  type DeadLetterPage,
+  type EnqueueResult,
+  type JobStore,
+  type JobStoreListener,
+  type JobStoreSettings,
+  type NewJob,
+  type ReadyJob,
+} from "./job_store.ts";
+import { resolveStoreSettings, type StoreSettingsOptions } from "./store_settings.ts";
+
+/** A queued job's place in the order. */
+interface Entry {
+  readonly id: string;
+  readonly priority: number;
+  readonly runAt: number;
+  readonly order: number;
+}
+
+/** A job the controller stored (a try in progress), as the work queue sees it. */
+export interface Active {
+  /** Its store sequence. */
+  readonly seq: number;
+  /** The Accept landed. */
+  accepted: boolean;
+  /** The confirmation landed (waiting for the Accept). */
+  confirmed: boolean;
+  /** The confirmed try's outcome, until the Accept lets it apply. */
+  outcome: JobOutcome | undefined;
+}
+
+/** One job as a journal persists it: its record, its queue position, its try in progress. */
+export interface JournalEntry {
+  /** The record. */
+  readonly record: JobRecord;
+  /** Its submission order in the backlog (queued jobs). */
+  readonly order?: number;
+  /** Its try in progress (active jobs). */
+  readonly active?: Active;
+}
+
+/** The durable state a journal reads back. */
+export interface JournalSnapshot {
+  /** The work queue's append cursor. */
+  readonly currentSeq: number;
+  /** Every job it keeps. */
+  readonly entries: readonly JournalEntry[];
+  /** The payloads of the jobs that still need them (not finished). */
+  readonly payloads: ReadonlyMap<string, string>;
+}
+
+/** What changed in one call, for the journal to persist. */
+export interface JournalChange {
+  /** Changed jobs by MessageID (undefined: forget it). */
+  readonly entries: ReadonlyMap<string, JournalEntry | undefined>;
+  /** Changed payloads by MessageID (undefined: delete it). */
+  readonly payloads: ReadonlyMap<string, string | undefined>;
+  /** The new append cursor, when it moved. */
+  readonly currentSeq?: number;
+}
+
+/** Where a store persists its changes. */
+export interface Journal {
+  /** Acquire writership under a new epoch; the snapshot is the durable state (none: keep memory). */
+  open(signal?: AbortSignal): Promise<{ epoch: number; snapshot?: JournalSnapshot }>;
+  /** Re-read the durable state under `epoch` (after a write whose outcome is unknown). */
+  reread(epoch: number, signal?: AbortSignal): Promise<JournalSnapshot | undefined>;
+  /** Persist one call's changes under `epoch`; throws `QueueFencedError` if it is fenced. */
+  commit(epoch: number, change: JournalChange, signal?: AbortSignal): Promise<void>;
+}
+
+/** A journal that keeps nothing: the in-memory store's. */
+export const MEMORY_JOURNAL: Journal = {
+  open: () => Promise.resolve({ epoch: 0 }),
+  reread: () => Promise.resolve(undefined),
+  commit: () => Promise.resolve(),
+};
+
+/** Options of the engine (and of every job store built on it). */
+export interface JobStoreEngineOptions extends StoreSettingsOptions {
+  /** The time source: wall-clock milliseconds (due times are epoch ms). Default `wallClock`. */
+  readonly clock?: Clock;
+  /** Randomness for backoff jitter. Default `Math.random`. */
+  readonly random?: () => number;
+}
+
+/** Due jobs first by priority (higher first), then due time, then submission order. */
+export function readyOrder(a: Entry, b: Entry): number {
+  return b.priority - a.priority || a.runAt - b.runAt || a.order - b.order;
+}
+
+const byDueTime = (a: Entry, b: Entry) => a.runAt - b.runAt || a.order - b.order;
+
+/**
+ * The job store logic over an in-memory index and a journal. Use `MemoryJobStore` or
+ * `DenoKvJobStore`.
+ *
+ * @example A delayed job becomes due
+ * ```ts
+ * import { JobStoreEngine, MEMORY_JOURNAL } from "./job_store_engine.ts";
+ * import { planJob } from "../lifecycle/job_options.ts";
+ * import { SimulatedClock } from "../core/clock.ts";
+ *
+ * const clock = new SimulatedClock();
+ * const store = new JobStoreEngine("a store", MEMORY_JOURNAL, { clock });
+ * await store.load();
+ * await store.enqueue([{ id: "j1", payload: "1", plan: planJob({ delay: 1000 }, clock.now()) }]);
+ * console.assert((await store.take(10)).length === 0);
+ * clock.advance(1000);
+ * console.assert((await store.take(10))[0].messageId === "j1");
+ * ```
+ */
+export class JobStoreEngine implements JobStore {
+  /** What one group commit may carry. */
+  readonly batchLimits: QueueBatchLimits;
+  /** The settings it applies. */
+  readonly settings: JobStoreSettings;
+  /** Its time source. */
+  readonly clock: Clock;
+  readonly #clock: Clock;
+  readonly #random: () => number;
+  #epoch = 0;
+  #loaded = false;
+  #currentSeq = 0;
+  #order = 0;
+  readonly #records = new Map<string, JobRecord>();
+  readonly #payloads = new Map<string, string>();
+  readonly #entries = new Map<string, Entry>();
+  readonly #due = new Heap<Entry>(readyOrder);
+  readonly #scheduled = new Heap<Entry>(byDueTime);
+  readonly #reserved = new Set<string>();
+  readonly #active = new Map<string, Active>();
+  readonly #dead = new Map<string, true>();
+  /** Finished jobs in finishing order, a ring of `retainedJobs`: the oldest is forgotten. */
+  readonly #finished: ({ id: string; at: number } | undefined)[];
+  #finishedNext = 0;
+  readonly #completedSeqs: RecentMap<string, number>;
+  #listener: JobStoreListener | undefined;
+  #timer: TimerHandle | undefined;
+  #timerAt = Infinity;
+  readonly #journal: Journal;
+  /** The last write's outcome is unknown: re-read the journal before the next call. */
+  #stale = false;
+  #tail: Promise<unknown> = Promise.resolve();
+  // What the running call changed, and what it will tell the listener once that is durable.
+  readonly #changedEntries = new Set<string>();
+  readonly #changedPayloads = new Map<string, string | undefined>();
+  #seqMoved = false;
+  #notices: ((listener: JobStoreListener) => void)[] = [];
+
+  /** Creates an empty store; throws an error naming a bad option (`owner` names the store). */
+  constructor(
+    owner: string,
+    journal: Journal,
+    options: JobStoreEngineOptions = {},
+    batchLimits: QueueBatchLimits = { maxOperations: 10_000, maxBytes: 64 * 1024 * 1024 },
+  ) {
+    this.settings = resolveStoreSettings(owner, options);
+    this.#clock = this.clock = options.clock ?? wallClock;
+    this.#random = options.random ?? Math.random;
+    this.#finished = new Array(this.settings.retainedJobs);
+    this.#completedSeqs = new RecentMap(Math.min(this.settings.retainedJobs, 10_000));
+    this.#journal = journal;
+    this.batchLimits = batchLimits;
+  }
+
+  /** Register the owner's listener. */
+  listen(listener: JobStoreListener): void {
+    this.#listener = listener;
+    this.#arm();
+  }
+
+  /** Stop the due-time timer and drop the listener. */
+  close(): void {
+    this.#timer?.cancel();
+    this.#timer = undefined;
+    this.#timerAt = Infinity;
+    this.#listener = undefined;
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // The backlog
+
+  /** Add jobs, all or none; known MessageIDs change nothing. */
+  enqueue(jobs: readonly NewJob[]): Promise<readonly EnqueueResult[]> {
+    jobs = jobs.map((job) => ({ ...job })); // read now: the call may run later
+    return this.#transact(undefined, () => {
+      const now = this.#clock.now();
+      const fresh = new Set<string>();
+      for (const job of jobs) if (!this.#known(job.id, now)) fresh.add(job.id);
+      const size = this.#entries.size + this.#reserved.size;
+      if (fresh.size > 0 && size + fresh.size > this.settings.maxBacklog) {
+        throw new BacklogFullError(this.settings.maxBacklog, size, fresh.size);
+      }
+      const results: EnqueueResult[] = [];
+      let due = false;
+      for (const job of jobs) {
+        const known = this.#records.get(job.id);
+        if (known && !fresh.has(job.id)) {
+          results.push({ job: infoOf(known, now), created: false });
+          continue;
+        }
+        fresh.delete(job.id);
+        const record = newRecord(job.id, job.plan, now);
+        this.#putRecord(record);
+        this.#putPayload(job.id, job.payload);
+        if (this.#place(record, now)) due = true;
+        results.push({ job: infoOf(record, now), created: true });
+        this.#notify((listener) => listener.changed(infoOf(record, now), undefined));
+      }
+      this.#arm();
+      if (due) this.#notify((listener) => listener.ready());
+      return results;
+    });
+  }
+
+  /** Up to `max` due jobs in order; each is reserved until stored. */
+  take(max: number): Promise<readonly ReadyJob[]> {
+    return this.#transact(undefined, () => {
+      const now = this.#clock.now();
+      this.#promote(now);
+      const ready: ReadyJob[] = [];
+      while (ready.length < max && this.#due.size > 0) {
+        const entry = this.#due.pop()!;
+        if (this.#entries.get(entry.id) !== entry) continue; // stale
+        this.#entries.delete(entry.id);
+        this.#reserved.add(entry.id);
+        const record = this.#records.get(entry.id)!;
+        ready.push({
+          messageId: entry.id,
+          payload: this.#payloads.get(entry.id)!,
+          attempt: record.attempts + 1,
+          timeout: tryTimeout(record, this.settings.defaults),
+        });
+      }
+      this.#arm();
+      return ready;
+    });
+  }
+
+  /** A job as it is now. */
+  get(id: string): Promise<JobInfo | undefined> {
+    return this.#transact(undefined, () => {
+      const now = this.#clock.now();
+      if (!this.#known(id, now)) return undefined;
+      return infoOf(this.#records.get(id)!, now);
+    });
+  }
+
+  /** Cancel a queued job; an active (or reserved) one is left to the caller. */
+  cancel(id: string): Promise<JobInfo | undefined> {
+    return this.#transact(undefined, () => {
+      const now = this.#clock.now();
+      if (!this.#known(id, now)) return undefined;
+      const record = this.#records.get(id)!;
+      if (this.#reserved.has(id)) return { ...infoOf(record, now), state: "active" };
+      if (!isQueued(record)) return infoOf(record, now);
+      this.#entries.delete(id);
+      return this.#settle({ ...record, state: "cancelled", finishedAt: now }, now, record.state);
+    });
+  }
+
+  /** Dead jobs, oldest death first. */
+  deadLetters(limit: number, cursor?: string): Promise<DeadLetterPage> {
+    return this.#transact(undefined, () => {
+      const now = this.#clock.now();
+      const ids = [...this.#dead.keys()];
+      const start = cursor === undefined ? 0 : ids.indexOf(cursor) + 1;
+      const page = ids.slice(start, start + limit);
+      const jobs = page.map((id) => infoOf(this.#records.get(id)!, now));
+      const more = start + limit < ids.length;
+      return more ? { jobs, cursor: page.at(-1) } : { jobs };
+    });
+  }
+
+  /** Give a dead job a fresh set of tries. */
+  retryDead(id: string): Promise<JobInfo | undefined> {
+    return this.#transact(undefined, () => this.#revive(id, this.#clock.now()));
+  }
+
+  /** Give every dead job a fresh set of tries. */
+  retryAllDead(): Promise<number> {
+    return this.#transact(undefined, () => {
+      const now = this.#clock.now();
+      let count = 0;
+      for (const id of [...this.#dead.keys()]) if (this.#revive(id, now)) count += 1;
+      return count;
+    });
+  }
+
+  /** Forget a dead job. */
+  deleteDead(id: string): Promise<boolean> {
+    return this.#transact(undefined, () => {
+      if (!this.#dead.delete(id)) return false;
+      this.#dropRecord(id);
+      this.#dropPayload(id);
+      return true;
+    });
+  }
+
+  /** How many jobs are where. */
+  counts(): BacklogCounts {
+    const now = this.#clock.now();
+    let waiting = 0, scheduled = 0, failed = 0;
+    for (const entry of this.#entries.values()) {
+      const state = this.#records.get(entry.id)!.state;
+      if (state === "failed") failed += 1;
+      else if (entry.runAt > now) scheduled += 1;
+      else waiting += 1;
+    }
+    return {
+      waiting: waiting + this.#reserved.size,
+      scheduled,
+      failed,
+      active: this.#active.size,
+      dead: this.#dead.size,
+    };
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // The controller's work queue
+
+  /** Snapshot the tries in progress and acquire writership under a new epoch. */
+  load(options?: QueueCallOptions): Promise<LoadResult> {
+    return this.#serial(options, async () => {
+      const { epoch, snapshot } = await this.#journal.open(options?.signal);
+      this.#epoch = snapshot ? epoch : this.#epoch + 1;
+      if (snapshot) this.#restore(snapshot);
+      this.#stale = false;
+      this.#loaded = true;
+      const unconfirmed: UnconfirmedMessage[] = [];
+      for (const [messageId, active] of this.#active) {
+        if (!active.accepted || active.confirmed) continue;
+        const record = this.#records.get(messageId)!;
+        unconfirmed.push({
+          messageId,
+          seq: active.seq,
+          payload: this.#payloads.get(messageId)!,
+          attempt: record.attempts,
+          timeout: tryTimeout(record, this.settings.defaults),
+        });
+      }
+      unconfirmed.sort((a, b) => a.seq - b.seq);
+      const recentlyCompleted: CompletedMessage[] = [];
+      for (const [messageId, seq] of this.#completedSeqs) {
+        recentlyCompleted.push({ messageId, seq });
+      }
+      this.#arm();
+      const state = { currentSeq: this.#currentSeq, unconfirmed, recentlyCompleted };
+      return { epoch: this.#epoch, state };
+    });
+  }
+
+  /** Start a try: the first store of a MessageID (in this try) wins. */
+  store(
+    epoch: QueueEpoch,
+    request: StoreRequest,
+    options?: QueueCallOptions,
+  ): Promise<StoreResult> {
+    request = { ...request }; // read now: the call may run after the caller changed it
+    return this.#transact(options, () => {
+      this.#fence(epoch);
+      checkJob(request.messageId, request.payload);
+      const active = this.#active.get(request.messageId);
+      if (active) return this.#repeat(request.messageId, active);
+      if (request.proposedSeq !== this.#currentSeq + 1) {
+        throw new QueueConflictError(
+          `Cannot store ${request.messageId}: proposed sequence ${request.proposedSeq} is not ${
+            this.#currentSeq + 1
+          }`,
+        );
+      }
+      return this.#start(request.messageId, request.payload);
+    });
+  }
+
+  /** Record that the producer removed the job from its source. */
+  accept(epoch: QueueEpoch, messageId: string, options?: QueueCallOptions): Promise<void> {
+    return this.#transact(options, () => {
+      this.#fence(epoch);
+      this.#mark(messageId, "accepted", undefined);
+    });
+  }
+
+  /** The try ended (`options.outcome`, completed by default); a no-op for an unknown one. */
+  confirmMessage(epoch: QueueEpoch, messageId: string, options?: ConfirmOptions): Promise<void> {
+    return this.#transact(options, () => {
+      this.#fence(epoch);
+      this.#mark(messageId, "confirmed", options?.outcome);
+    });
+  }
+
+  /** Stores, accepts and confirms all-or-nothing. */
+  commit(
+    epoch: QueueEpoch,
+    batch: QueueBatch,
+    options?: QueueCallOptions,
+  ): Promise<QueueBatchResult> {
+    batch = copyBatch(batch); // read now: the call may run after the caller changed it
+    return this.#transact(options, () => {
+      this.#fence(epoch);
+      const jobs = batch.store?.jobs ?? [];
+      const fresh = new Set<string>();
+      for (const job of jobs) {
+        checkJob(job.messageId, job.payload);
+        if (!this.#active.has(job.messageId)) fresh.add(job.messageId);
+      }
+      if (fresh.size > 0 && batch.store!.firstSeq !== this.#currentSeq + 1) {
+        throw new QueueConflictError(
+          `Cannot store a batch at ${batch.store!.firstSeq}: the next sequence is ${
+            this.#currentSeq + 1
+          }`,
+        );
+      }
+      for (const id of batch.accept ?? []) {
+        if (!this.#active.has(id) && !fresh.has(id)) {
+          throw new QueueConflictError(`Cannot accept ${id}: unknown MessageID`);
+        }
+      }
+      const stored = jobs.map((job) => {
+        const active = this.#active.get(job.messageId);
+        return active
+          ? this.#repeat(job.messageId, active)
+          : this.#start(job.messageId, job.payload);
+      });
+      // Flags first, outcomes at the end, so that a MessageID repeated in the batch is a repeat.
+      const touched = new Set<string>();
+      for (const id of batch.accept ?? []) {
+        this.#active.get(id)!.accepted = true;
+        this.#changedEntries.add(id);
+        touched.add(id);
+      }
+      for (const id of batch.confirm ?? []) {
+        const active = this.#active.get(id);
+        if (!active || active.confirmed) continue;
+        active.confirmed = true;
+        active.outcome = batch.outcomes?.get(id);
+        this.#changedEntries.add(id);
+        touched.add(id);
+      }
+      for (const id of touched) this.#finishIfDone(id);
+      return { stored };
+    });
+  }
+
+  // ------------------------------------------------------------------------------------------
+
+  /** Whether `id` is known now; a finished job past its retention is forgotten here. */
+  #known(id: string, now: number): boolean {
+    const record = this.#records.get(id);
+    if (!record) return false;
+    const terminal = record.state === "completed" || record.state === "cancelled";
+    if (terminal && now - (record.finishedAt ?? now) > this.settings.retention) {
+      this.#dropRecord(id);
+      return false;
+    }
+    return true;
+  }
+
+  #repeat(messageId: string, active: Active): StoreResult {
+    return { seq: active.seq, alreadyStored: true, payload: this.#payloads.get(messageId)! };
+  }
+
+  /** A try starts for `messageId` at the next sequence. */
+  #start(messageId: string, payload: string): StoreResult {
+    const now = this.#clock.now();
+    let record = this.#known(messageId, now) ? this.#records.get(messageId)! : undefined;
+    if (!record) {
+      record = newRecord(messageId, planJob({}, now), now);
+      this.#putPayload(messageId, payload);
+    } else if (!this.#payloads.has(messageId)) {
+      this.#putPayload(messageId, payload); // a finished job stored again counts as new
+    }
+    this.#entries.delete(messageId);
+    this.#reserved.delete(messageId);
+    this.#dead.delete(messageId);
+    const previous = record.state;
+    const started = startTry(record, now);
+    this.#putRecord(started);
+    this.#currentSeq += 1;
+    this.#seqMoved = true;
+    this.#active.set(messageId, {
+      seq: this.#currentSeq,
+      accepted: false,
+      confirmed: false,
+      outcome: undefined,
+    });
+    this.#notify((listener) => listener.changed(infoOf(started, now), previous));
+    return { seq: this.#currentSeq, alreadyStored: false, payload: this.#payloads.get(messageId)! };
+  }
+
+  #mark(messageId: string, flag: "accepted" | "confirmed", outcome: JobOutcome | undefined): void {
+    const active = this.#active.get(messageId);
+    if (!active && flag === "confirmed") return; // finished already: a no-op
+    if (!active) throw new QueueConflictError(`Cannot accept ${messageId}: unknown MessageID`);
+    if (flag === "confirmed") {
+      if (active.confirmed) return;
+      active.outcome = outcome;
+    }
+    active[flag] = true;
+    this.#changedEntries.add(messageId);
+    this.#finishIfDone(messageId);
+  }
+
+  /** A try both accepted and confirmed is over: apply its outcome. */
+  #finishIfDone(messageId: string): void {
+    const active = this.#active.get(messageId);
+    if (!active?.accepted || !active.confirmed) return;
+    this.#active.delete(messageId);
+    this.#changedEntries.add(messageId);
+    const now = this.#clock.now();
+    const record = this.#records.get(messageId)!;
+    const next = finishTry(
+      record,
+      active.outcome ?? COMPLETED,
+      this.settings.defaults,
+      now,
+      this.#random,
+    );
+    if (next.state === "completed") this.#completedSeqs.set(messageId, active.seq);
+    this.#settle(next, now, record.state);
+  }
+
+  /** Store a record's new state and put it where that state lives. */
+  #settle(record: JobRecord, now: number, previous: JobRecord["state"]): JobInfo {
+    this.#putRecord(record);
+    let due = false;
+    if (record.state === "completed" || record.state === "cancelled") {
+      this.#dropPayload(record.id);
+      this.#retain(record);
+    } else if (record.state === "dead") {
+      this.#dead.set(record.id, true);
+    } else if (isQueued(record)) {
+      due = this.#place(record, now);
+    }
+    const info = infoOf(record, now);
+    this.#notify((listener) => listener.changed(info, previous));
+    this.#arm();
+    if (due) this.#notify((listener) => listener.ready());
+    return info;
+  }
+
+  /** Put a queued record in the order; true when it is due now. */
+  #place(record: JobRecord, now: number): boolean {
+    const entry: Entry = {
+      id: record.id,
+      priority: record.priority,
+      runAt: record.runAt,
+      order: ++this.#order,
+    };
+    this.#entries.set(record.id, entry);
+    if (record.runAt <= now) {
+      this.#due.push(entry);
+      return true;
+    }
+    this.#scheduled.push(entry);
+    return false;
+  }
+
+  /** Keep a finished record for the retention; the oldest beyond the count is forgotten. */
+  #retain(record: JobRecord): void {
+    if (this.#finished.length === 0) return void this.#dropRecord(record.id);
+    const slot = this.#finishedNext;
+    const old = this.#finished[slot];
+    if (old && this.#records.get(old.id)?.finishedAt === old.at) this.#dropRecord(old.id);
+    this.#finished[slot] = { id: record.id, at: record.finishedAt! };
+    this.#finishedNext = (slot + 1) % this.#finished.length;
+  }
+
+  #revive(id: string, now: number): JobInfo | undefined {
+    const record = this.#records.get(id);
+    if (!record || record.state !== "dead") return undefined;
+    this.#dead.delete(id);
+    return this.#settle(reviveDead(record, now), now, "dead");
+  }
+
+  /** Move the scheduled jobs that fell due into the due order. */
+  #promote(now: number): void {
+    while (this.#scheduled.size > 0 && this.#scheduled.peek()!.runAt <= now) {
+      const entry = this.#scheduled.pop()!;
+      if (this.#entries.get(entry.id) === entry) this.#due.push(entry);
+    }
+  }
+
+  /** Wake the listener when the earliest scheduled job falls due. */
+  #arm(): void {
+    while (this.#scheduled.size > 0) {
+      const top = this.#scheduled.peek()!;
+      if (this.#entries.get(top.id) === top) break;
+      this.#scheduled.pop(); // stale
+    }
+    const next = this.#scheduled.peek()?.runAt ?? Infinity;
+    if (next === this.#timerAt || !this.#listener) return;
+    this.#timer?.cancel();
+    this.#timer = undefined;
+    this.#timerAt = next;
+    if (next === Infinity) return;
+    this.#timer = this.#clock.setTimeout(() => {
+      this.#timer = undefined;
+      this.#timerAt = Infinity;
+      this.#promote(this.#clock.now());
+      this.#arm();
+      this.#listener?.ready();
+    }, Math.max(0, next - this.#clock.now()));
+  }
+
+  #fence(epoch: QueueEpoch): void {
+    if (epoch === 0 || epoch !== this.#epoch) {
+      throw new QueueFencedError(`Cannot write: epoch ${epoch} is fenced (current ${this.#epoch})`);
+    }
+  }
+
+  /**
+   * Run a call: after the calls before it, on a fresh index if the last write's outcome is
+   * unknown; then persist what it changed and, once that is durable, tell the listener.
+   */
+  #transact<T>(options: QueueCallOptions | undefined, body: () => T): Promise<T> {
+    return this.#serial(options, async () => {
+      if (!this.#loaded) throw new Error("Cannot use the job store before load()");
+      if (this.#stale) {
+        const snapshot = await this.#journal.reread(this.#epoch, options?.signal);
+        if (snapshot) this.#restore(snapshot);
+        this.#stale = false;
+      }
+      this.#changedEntries.clear();
+      this.#changedPayloads.clear();
+      this.#seqMoved = false;
+      this.#notices = [];
+      const result = body();
+      const change = this.#change();
+      if (change) {
+        try {
+          await this.#journal.commit(this.#epoch, change, options?.signal);
+        } catch (error) {
+          this.#stale = true; // memory is ahead of what is durable (or may be)
+          throw error;
+        }
+      }
+      const notices = this.#notices;
+      this.#notices = [];
+      const listener = this.#listener;
+      if (listener) { for (const notice of notices) notice(listener); }
+      return result;
+    });
+  }
+
+  /** Calls run one at a time in call order; one aborted while waiting never runs. */
+  #serial<T>(options: QueueCallOptions | undefined, task: () => Promise<T>): Promise<T> {
+    const run = this.#tail.then(() => {
+      options?.signal?.throwIfAborted();
+      return task();
+    });
+    this.#tail = run.then(() => {}, () => {});
+    return run;
+  }
+
+  /** What the running call changed, or undefined when nothing durable did. */
+  #change(): JournalChange | undefined {
+    if (this.#changedEntries.size === 0 && this.#changedPayloads.size === 0 && !this.#seqMoved) {
+      return undefined;
+    }
+    const entries = new Map<string, JournalEntry | undefined>();
+    for (const id of this.#changedEntries) {
+      const record = this.#records.get(id);
+      if (!record) {
+        entries.set(id, undefined);
+        continue;
+      }
+      const active = this.#active.get(id);
+      const order = this.#entries.get(id)?.order;
+      entries.set(id, {
+        record,
+        ...(order === undefined ? {} : { order }),
+        ...(active ? { active: { ...active } } : {}),
+      });
+    }
+    return {
+      entries,
+      payloads: new Map(this.#changedPayloads),
+      ...(this.#seqMoved ? { currentSeq: this.#currentSeq } : {}),
+    };
+  }
+
+  #putRecord(record: JobRecord): void {
+    this.#records.set(record.id, record);
+    this.#changedEntries.add(record.id);
+  }
+
+  #dropRecord(id: string): void {
+    this.#records.delete(id);
+    this.#changedEntries.add(id);
+  }
+
+  #putPayload(id: string, payload: string): void {
+    this.#payloads.set(id, payload);
+    this.#changedPayloads.set(id, payload);
+  }
+
+  #dropPayload(id: string): void {
+    if (!this.#payloads.delete(id)) return;
+    this.#changedPayloads.set(id, undefined);
+  }
+
+  /** Tell the listener, once the running call's changes are durable. */
+  #notify(notice: (listener: JobStoreListener) => void): void {
+    this.#notices.push(notice);
+  }
+
+  /** Rebuild the index from a journal's snapshot. */
+  #restore(snapshot: JournalSnapshot): void {
+    for (const map of [this.#records, this.#payloads, this.#entries, this.#active, this.#dead]) {
+      map.clear();
+    }
+    this.#due.clear();
+    this.#scheduled.clear();
+    this.#reserved.clear();
+    this.#finished.fill(undefined);
+    this.#finishedNext = 0;
+    this.#currentSeq = snapshot.currentSeq;
+    const now = this.#clock.now();
+    const finished: JobRecord[] = [];
+    let order = 0;
+    for (const { record, order: position, active } of snapshot.entries) {
+      this.#records.set(record.id, record);
+      if (active) this.#active.set(record.id, { ...active });
+      else if (record.state === "dead") this.#dead.set(record.id, true);
+      else if (record.state === "completed" || record.state === "cancelled") finished.push(record);
+      else if (isQueued(record)) {
+        const entry = {
+          id: record.id,
+          priority: record.priority,
+          runAt: record.runAt,
+          order: position ?? 0,
+        };
+        this.#entries.set(record.id, entry);
+        (record.runAt <= now ? this.#due : this.#scheduled).push(entry);
+      }
+      order = Math.max(order, position ?? 0);
+    }
+    this.#order = order;
+    for (const [id, payload] of snapshot.payloads) this.#payloads.set(id, payload);
+    finished.sort((a, b) => (a.finishedAt ?? 0) - (b.finishedAt ?? 0));
+    for (const record of finished) this.#retain(record);
+  }
+}
+
+/** A copy of a batch as it is now. */
+function copyBatch(batch: QueueBatch): QueueBatch {
+  return {
+    ...(batch.store
+      ? {
+        store: {
+          firstSeq: batch.store.firstSeq,
+          jobs: batch.store.jobs.map((job) => ({ messageId: job.messageId, payload: job.payload })),
+        },
+      }
+      : {}),
+    ...(batch.accept ? { accept: [...batch.accept] } : {}),
+    ...(batch.confirm ? { confirm: [...batch.confirm] } : {}),
+    ...(batch.outcomes ? { outcomes: new Map(batch.outcomes) } : {}),
+  };
+}
+
+function checkJob(messageId: string, payload: string): void {
+  if (typeof messageId !== "string" || messageId.trim() === "") {
+    throw new TypeError("Cannot store a job: messageId must be a non-blank string");
+  }
+  if (typeof payload !== "string" || payload === "") {
+    throw new TypeError(`Cannot store ${messageId}: payload must be non-empty JSON text`);
+  }
+}

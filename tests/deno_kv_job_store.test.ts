@@ -1,0 +1,218 @@
+/**
+ * The Deno KV job store: the work-queue contract (the conformance suite), and what only a durable
+ * store can show: everything survives a reopen, a newer load fences an older one, a write whose
+ * outcome is unknown is healed, and a change too large for one commit is split. Runs on Deno's
+ * KV and, under Bun and Node, on npm `@deno/kv`.
+ */
+
+import { describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { DenoKvJobStore } from "../src/backlog/deno_kv/job_store.ts";
+import { planJob } from "../src/lifecycle/job_options.ts";
+import { QueueFencedError } from "../src/queue/work_queue.ts";
+import type { KvAtomicLike, KvLike } from "../src/queue/deno_kv/port.ts";
+import { type QueueFactory, runWorkQueueConformance } from "../src/testing/queue_conformance.ts";
+import { SimulatedClock } from "../src/core/clock.ts";
+import { kvClient, openKv } from "./fixtures/open_kv.ts";
+
+const CLIENT = kvClient === "deno" ? "Deno.openKv" : "npm @deno/kv";
+
+const memoryKv: QueueFactory = {
+  async open() {
+    const kv = await openKv(":memory:");
+    return {
+      queue: new DenoKvJobStore(kv, { prefix: ["conformance"] }),
+      reopen: () => new DenoKvJobStore(kv, { prefix: ["conformance"] }),
+      close: () => kv.close(),
+    };
+  },
+};
+
+await runWorkQueueConformance(`DenoKvJobStore conformance (${CLIENT}, as a work queue)`, memoryKv, {
+  test,
+  describe,
+});
+
+async function withFile(body: (path: string) => Promise<void>): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), "workpull-jobstore-"));
+  try {
+    await body(join(dir, "jobs.kv"));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** A KV handle whose next commits can fail after applying. */
+function lossy(kv: KvLike): KvLike & { loseNext: number } {
+  const wrapper = {
+    loseNext: 0,
+    getMany: kv.getMany.bind(kv),
+    list: kv.list.bind(kv),
+    atomic(): KvAtomicLike {
+      const op = kv.atomic();
+      const atomic: KvAtomicLike = {
+        check: (...checks) => (op.check(...checks), atomic),
+        set: (key, value, options) => (op.set(key, value, options), atomic),
+        delete: (key) => (op.delete(key), atomic),
+        async commit() {
+          const result = await op.commit();
+          if (wrapper.loseNext > 0) {
+            wrapper.loseNext -= 1;
+            throw new Error("connection reset after the write");
+          }
+          return result;
+        },
+      };
+      return atomic;
+    },
+  };
+  return wrapper;
+}
+
+describe(`DenoKvJobStore (${CLIENT})`, () => {
+  test("the backlog, job states, tries and dead letters survive a reopen", async () => {
+    await withFile(async (path) => {
+      const clock = new SimulatedClock();
+      clock.advance(1_000_000);
+      const defaults = { attempts: 2, backoff: { type: "fixed", delay: 0 } } as const;
+      let kv = await openKv(path);
+      let store = new DenoKvJobStore(kv, { clock, defaults });
+      let { epoch } = await store.load();
+      const plan = (options = {}) => planJob(options, clock.now());
+      await store.enqueue([
+        { id: "later", payload: '"l"', plan: plan({ delay: 5_000 }) },
+        { id: "low", payload: '"a"', plan: plan({ priority: -1 }) },
+        {
+          id: "high",
+          payload: '{"big":"' + "x".repeat(150_000) + '"}',
+          plan: plan({ priority: 3 }),
+        },
+        { id: "poison", payload: '"p"', plan: plan({ priority: 2 }) },
+        { id: "done", payload: '"d"', plan: plan({ priority: 1 }) },
+      ]);
+      // Run "poison" once (it fails) and "done" to completion.
+      const taken = await store.take(3);
+      assert.deepEqual(taken.map((job) => job.messageId), ["high", "poison", "done"]);
+      const stored = await store.commit(epoch, {
+        store: {
+          firstSeq: 1,
+          jobs: taken.slice(1).map(({ messageId, payload }) => ({ messageId, payload })),
+        },
+        accept: ["poison", "done"],
+      });
+      assert.deepEqual(stored.stored.map((r) => r.seq), [1, 2]);
+      await store.commit(epoch, {
+        confirm: ["poison", "done"],
+        outcomes: new Map([
+          ["poison", { kind: "failed", error: { name: "Error", message: "boom" } }],
+          ["done", { kind: "completed", result: '{"ok":true}' }],
+        ]),
+      });
+      store.close();
+      kv.close();
+
+      kv = await openKv(path);
+      store = new DenoKvJobStore(kv, { clock, defaults });
+      ({ epoch } = await store.load());
+      assert.deepEqual((await store.get("done"))?.result, { ok: true });
+      assert.deepEqual(
+        [(await store.get("poison"))?.state, (await store.get("poison"))?.attempts],
+        [
+          "failed",
+          1,
+        ],
+      );
+      assert.equal((await store.get("later"))?.state, "scheduled");
+      assert.deepEqual(store.counts(), { waiting: 2, scheduled: 1, failed: 1, active: 0, dead: 0 });
+      // "high" was taken but never stored: it waits again, in its place, with its large payload.
+      const again = await store.take(10);
+      assert.deepEqual(again.map((job) => job.messageId), ["high", "poison", "low"]);
+      assert.equal(JSON.parse(again[0].payload).big.length, 150_000);
+      assert.equal(again[1].attempt, 2, "the second try of poison");
+      await store.commit(epoch, {
+        store: { firstSeq: 3, jobs: [{ messageId: "poison", payload: '"p"' }] },
+        accept: ["poison"],
+      });
+      await store.confirmMessage(epoch, "poison", {
+        outcome: { kind: "failed", error: { name: "Error", message: "boom again" } },
+      });
+      store.close();
+      kv.close();
+
+      kv = await openKv(path);
+      store = new DenoKvJobStore(kv, { clock, defaults });
+      await store.load();
+      const dead = await store.deadLetters(10);
+      assert.deepEqual(dead.jobs.map((job) => [job.id, job.attempts, job.error?.message]), [
+        ["poison", 2, "boom again"],
+      ]);
+      store.close();
+      kv.close();
+    });
+  });
+
+  test("a newer load fences the store that loaded earlier", async () => {
+    const kv = await openKv(":memory:");
+    try {
+      const first = new DenoKvJobStore(kv, { prefix: ["fence"] });
+      const { epoch } = await first.load();
+      const second = new DenoKvJobStore(kv, { prefix: ["fence"] });
+      await second.load();
+      const job = { id: "a", payload: "1", plan: planJob({}, first.clock.now()) };
+      await assert.rejects(first.enqueue([job]), QueueFencedError);
+      await assert.rejects(
+        first.store(epoch, { messageId: "b", proposedSeq: 1, payload: "2" }),
+        QueueFencedError,
+      );
+      assert.equal((await second.enqueue([job]))[0].created, true, "nothing of the fenced writes");
+    } finally {
+      kv.close();
+    }
+  });
+
+  test("a write whose answer was lost is healed by a re-read; nothing is lost or doubled", async () => {
+    const kv = await openKv(":memory:");
+    try {
+      const handle = lossy(kv as unknown as KvLike);
+      const store = new DenoKvJobStore(handle, { prefix: ["lossy"] });
+      const { epoch } = await store.load();
+      const plan = planJob({}, Date.now());
+      handle.loseNext = 1;
+      await assert.rejects(store.enqueue([{ id: "a", payload: "1", plan }]), /connection reset/);
+      const retried = await store.enqueue([{ id: "a", payload: "1", plan }]);
+      assert.equal(retried[0].created, false, "the first write had landed");
+      const [job] = await store.take(1);
+      handle.loseNext = 1;
+      const request = { messageId: job.messageId, proposedSeq: 1, payload: job.payload };
+      await assert.rejects(store.store(epoch, request), /connection reset/);
+      const repeat = await store.store(epoch, request);
+      assert.deepEqual([repeat.seq, repeat.alreadyStored], [1, true]);
+      assert.equal((await store.get("a"))?.attempts, 1, "one try, not two");
+    } finally {
+      kv.close();
+    }
+  });
+
+  test("a batch too large for one commit is written in several", async () => {
+    const kv = await openKv(":memory:");
+    try {
+      const store = new DenoKvJobStore(kv, { prefix: ["big"] });
+      await store.load();
+      const plan = planJob({}, Date.now());
+      const jobs = Array.from({ length: 1500 }, (_, i) => ({
+        id: `j${i}`,
+        payload: JSON.stringify("y".repeat(1000)),
+        plan,
+      }));
+      await store.enqueue(jobs);
+      const reopened = new DenoKvJobStore(kv, { prefix: ["big"] });
+      await reopened.load();
+      assert.equal(reopened.counts().waiting, 1500);
+    } finally {
+      kv.close();
+    }
+  });
+});

@@ -148,6 +148,16 @@ export {
   type ReadyJob,
 } from "./src/backlog/job_store.ts";
 export { MemoryJobStore, type MemoryJobStoreOptions } from "./src/backlog/memory_job_store.ts";
+export {
+  type Active,
+  JobStoreEngine,
+  type JobStoreEngineOptions,
+  type Journal,
+  type JournalChange,
+  type JournalEntry,
+  type JournalSnapshot,
+  MEMORY_JOURNAL,
+} from "./src/backlog/job_store_engine.ts";
 export type { StoreSettingsOptions } from "./src/backlog/store_settings.ts";
 export { BacklogProducer } from "./src/backlog/backlog_producer.ts";
 export type {

@@ -58,13 +58,15 @@ export interface NodeWebSocketOptions {
   readonly maxPayloadLength?: number;
 }
 
-/** A Node HTTP server (`http.Server`, `https.Server`): where upgrade requests arrive. */
+/**
+ * A Node HTTP server (`http.Server`, `https.Server`, or what `serve` from `@hono/node-server`
+ * returns): where upgrade requests arrive. Typed loosely so that no Node type is needed to
+ * compile against workpull.
+ */
 export interface NodeUpgradeSource {
-  /** Node's `upgrade` event. */
-  on(
-    event: "upgrade",
-    listener: (request: IncomingMessage, socket: Duplex, head: Buffer) => void,
-  ): unknown;
+  /** Node's event registration; the adapter listens to `upgrade`. */
+  // deno-lint-ignore no-explicit-any
+  on(event: "upgrade", listener: (...args: any[]) => void): unknown;
 }
 
 /** The app that routes upgrade requests: a Hono app or a `WorkpullApp`. */
@@ -216,7 +218,7 @@ export function nodeWebSocket(options: NodeWebSocketOptions = {}): NodeWebSocket
   return {
     upgradeWebSocket,
     injectWebSocket(server, app) {
-      server.on("upgrade", (request, socket, head) => {
+      server.on("upgrade", (request: IncomingMessage, socket: Duplex, head: Buffer) => {
         // Until ws owns the socket, a reset would be an 'error' event nobody listens to.
         socket.on("error", () => {});
         upgrade(app, request, socket, head).catch(() => socket.destroy());

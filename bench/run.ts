@@ -3,12 +3,15 @@
  * latency, failover, memory and the browser client's size, each side by side with its
  * baseline, measured in alternating rounds and reported as medians.
  *
- *   deno task bench           # everything, Deno and Bun; writes bench/results.json and .md
+ *   deno task bench           # everything, Deno, Bun and Node; writes bench/results.json and .md
  *   deno task bench:quick     # fewer jobs and rounds; prints only
  *   deno task bench:bun       # the scenarios that apply to Bun, on Bun; prints only
  *
+ * Node (the pinned Node 22, running the TypeScript sources) runs the throughput scenario only:
+ * `serveNode` with Node worker processes beside the raw baseline on Node (a `ws` server).
+ *
  * Flags: `--scenarios=throughput,peer,durable,latency,failover,memory,size` (default all),
- * `--runtimes=deno,bun` (default both when started on Deno, bun when started on Bun),
+ * `--runtimes=deno,bun,node` (default all three when started on Deno, the running one otherwise),
  * `--jobs=N` (throughput, peer, latency), `--rounds=N`, `--quick`, `--write` (write the results
  * files even for a partial run), `--out=DIR` (default bench/). Every child process is killed and
  * reaped and every temporary directory removed, also on failure or Ctrl-C.
@@ -30,13 +33,22 @@ import {
   targets,
   textSummary,
 } from "./lib/report.ts";
-import { binary, repoPath, runtime, runtimeVersion } from "./lib/runtime.ts";
+import {
+  binary,
+  repoPath,
+  runtime,
+  runtimeLabel,
+  runtimeVersion,
+  scriptCommand,
+} from "./lib/runtime.ts";
 import { median, round } from "./lib/stats.ts";
 import { makeTempDir, removeTempDir, removeTempDirs } from "./lib/tmp.ts";
 
 const SCENARIOS = ["throughput", "peer", "durable", "latency", "failover", "memory", "size"];
 /** Scenarios that run once per runtime (the others are runtime-independent: run once). */
 const PER_RUNTIME = new Set(["throughput", "durable", "latency", "failover", "memory"]);
+/** The per-runtime scenarios that also run on Node. */
+const ON_NODE = new Set(["throughput"]);
 
 const argv = process.argv.slice(2);
 const flag = (name: string) => argv.find((arg) => arg.startsWith(`--${name}=`))?.split("=")[1];
@@ -46,7 +58,8 @@ const selected = (flag("scenarios")?.split(",") ?? SCENARIOS).filter(Boolean);
 for (const name of selected) {
   if (!SCENARIOS.includes(name)) throw new Error(`unknown scenario ${name}`);
 }
-const runtimes = (flag("runtimes")?.split(",") ?? (runtime === "deno" ? ["deno", "bun"] : ["bun"]))
+const runtimes = (flag("runtimes")?.split(",") ??
+  (runtime === "deno" ? ["deno", "bun", "node"] : [runtime]))
   .filter(Boolean);
 const jobs = Number(flag("jobs") ?? (quick ? 20_000 : 100_000));
 const rounds = Number(flag("rounds") ?? (quick ? 3 : 5));
@@ -85,7 +98,13 @@ process.on("SIGTERM", onSignal);
 /** The scenarios of this runtime, run here. */
 async function runHere(): Promise<RuntimeResults> {
   const results: RuntimeResults = { skipped: {} };
-  const want = (name: string) => selected.includes(name) && PER_RUNTIME.has(name);
+  const want = (name: string) =>
+    selected.includes(name) && PER_RUNTIME.has(name) && (runtime !== "node" || ON_NODE.has(name));
+  if (runtime === "node") {
+    for (const name of selected.filter((name) => PER_RUNTIME.has(name) && !ON_NODE.has(name))) {
+      results.skipped[name] = "the Node runs cover throughput only";
+    }
+  }
   if (want("throughput")) {
     log(`\n[${runtime}] 1. throughput, in memory, over WebSocket`);
     const { throughput } = await import("./scenarios/throughput.ts");
@@ -171,20 +190,21 @@ async function memory(): Promise<MemoryResult> {
   };
 }
 
-/** The Bun scenarios, in a Bun child process running this script. */
-async function runOnBun(): Promise<RuntimeResults> {
-  const dir = makeTempDir("bun");
+/** Another runtime's scenarios, in a child process of that runtime running this script. */
+async function runOn(target: "bun" | "node"): Promise<RuntimeResults> {
+  const dir = makeTempDir(target);
   try {
-    const file = join(dir, "bun.json");
+    const file = join(dir, `${target}.json`);
     const passed = argv.filter((arg) => !arg.startsWith("--runtimes=") && arg !== "--write");
-    const code = await runInherit(binary("bun"), [
-      repoPath("bench/run.ts"),
+    const { command, args } = scriptCommand(target, repoPath("bench/run.ts"));
+    const code = await runInherit(command, [
+      ...args,
       ...passed,
       "--child",
-      "--runtimes=bun",
+      `--runtimes=${target}`,
       `--json=${file}`,
     ], { timeout: 30 * 60_000 });
-    if (code !== 0) throw new Error(`the Bun run failed (exit ${code})`);
+    if (code !== 0) throw new Error(`the ${runtimeLabel(target)} run failed (exit ${code})`);
     return JSON.parse(readFileSync(file, "utf8"));
   } finally {
     removeTempDir(dir);
@@ -254,10 +274,19 @@ async function main(): Promise<void> {
   if (others.includes("bun") && selected.some((name) => PER_RUNTIME.has(name))) {
     if (existsSync(binary("bun"))) {
       log("\n[bun] the same scenarios on Bun (server and workers on Bun)");
-      results.runtimes.bun = await runOnBun();
+      results.runtimes.bun = await runOn("bun");
     } else {
       log("\n[bun] skipped: no Bun binary (run `npm ci`)");
       results.runtimes.bun = { skipped: { all: "no Bun binary in node_modules/.bin" } };
+    }
+  }
+  if (others.includes("node") && selected.some((name) => ON_NODE.has(name))) {
+    if (existsSync(repoPath("node_modules", ".bin", "node"))) {
+      log("\n[node] throughput on Node (server and workers on Node 22)");
+      results.runtimes.node = await runOn("node");
+    } else {
+      log("\n[node] skipped: no pinned Node binary (run `npm ci`)");
+      results.runtimes.node = { skipped: { all: "no Node binary in node_modules/.bin" } };
     }
   }
   results.machine = {

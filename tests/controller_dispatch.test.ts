@@ -11,7 +11,9 @@ import {
 import { SimulatedClock } from "../testing.ts";
 import { ManualProducer, quiesce, ScriptedWorker } from "./support/harness.ts";
 
-function setup(options: { deliveryConfirmation?: boolean; reconnectGrace?: number } = {}) {
+function setup(
+  options: { deliveryConfirmation?: boolean; reconnectGrace?: number; maxJobAge?: number } = {},
+) {
   const clock = new SimulatedClock();
   const producer = new ManualProducer();
   const controller = new WorkPullingController({ name: "jobs", producer, clock, ...options });
@@ -277,6 +279,35 @@ describe("requeue", () => {
     assert.deepEqual(reasons, ["silent"]);
     assert.equal(a.closedWith?.code, 4001);
     assert.equal(controller.stats().pending, 1);
+    await controller.close();
+  });
+
+  test("a binding that holds jobs and confirms none for maxJobAge ends; a confirming one never", async () => {
+    // Defect: a worker that heartbeats but never confirms kept its window of jobs forever.
+    const { producer, controller, clock } = setup({ maxJobAge: 10_000 });
+    await controller.start();
+    const reasons: string[] = [];
+    controller.addEventListener(
+      "worker-unbound",
+      (e: WorkerUnboundEvent) => reasons.push(`${e.worker}:${e.reason}:${e.requeued}`),
+    );
+    const hoarder = new ScriptedWorker(controller, "hoarder");
+    const honest = new ScriptedWorker(controller, "honest");
+    hoarder.register(undefined, "jobs", undefined, ["unbound"]);
+    honest.register();
+    hoarder.request(0, 3);
+    producer.produce(jobs("j1", "j2", "j3"));
+    honest.request(0, 1);
+    producer.produce(jobs("j4"));
+    for (let t = 0; t < 16; t++) {
+      clock.advance(1000);
+      hoarder.ack(0); // alive, and never confirming anything
+      const received = honest.jobs().length;
+      honest.request(received, received + 1); // confirms each job a second after it came
+    }
+    assert.deepEqual(reasons, ["hoarder:job-age:3"]);
+    assert.equal(hoarder.received.at(-1)?.type, "unbound", "the hoarder is told");
+    assert.deepEqual(honest.jobIds(), ["j4", "j1", "j2", "j3"], "the hoarded jobs moved on");
     await controller.close();
   });
 });

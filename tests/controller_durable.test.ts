@@ -139,7 +139,7 @@ describe("durable lane", () => {
     await s.controller.close();
   });
 
-  test("after a timed-out attempt whose write landed, the retry does not repeat its confirmations", async () => {
+  test("after a timed-out attempt whose write landed, the retried confirmations are no-ops", async () => {
     const queue = new FaultyQueue();
     const commit = queue.commit!;
     let lost = 0;

@@ -57,19 +57,114 @@ describe("registration", () => {
     zombie.register();
     assert.deepEqual(rejected, ["stale-incarnation"]);
     assert.equal(zombie.received.length, 0, "no ack for a stale incarnation");
+    assert.equal(zombie.closedWith?.code, 4004, "its link is closed: registering again is futile");
     assert.equal(controller.stats().workers[0].incarnation, "inc-2");
     await controller.close();
   });
 
-  test("a registration naming another producer is dropped and changes nothing", async () => {
+  test("a replaced incarnation's link is closed with 4002", async () => {
+    const { controller } = setup();
+    await controller.start();
+    const old = new ScriptedWorker(controller, "a", "inc-1");
+    old.register();
+    new ScriptedWorker(controller, "a", "inc-2").register();
+    assert.equal(old.closedWith?.code, 4002);
+    await controller.close();
+  });
+
+  test("a registration naming another producer is refused and changes nothing", async () => {
     const { producer, controller, rejected } = setup();
     await controller.start();
     const w = new ScriptedWorker(controller, "a");
     w.register(undefined, "other-producer");
     assert.deepEqual(rejected, ["wrong-producer"]);
-    assert.equal(w.received.length, 0);
+    assert.equal(w.received.length, 0, "a worker without features gets no refused frame");
+    assert.equal(w.closedWith?.code, 4004);
     assert.equal(controller.stats().workers.length, 0);
     assert.equal(producer.requests.length, 0);
+    await controller.close();
+  });
+
+  test("a worker that understands refusals is told why, and whether retrying can help", async () => {
+    // Defect: a refused registration got no answer, so a worker following the protocol retried
+    // forever.
+    const { controller } = setup();
+    await controller.start();
+    const features = ["refused", "unbound", "release", "some-future-feature"];
+    const first = new ScriptedWorker(controller, "a", "inc-1");
+    first.register("n1", "jobs", "inc-1", features);
+    const registered = first.received[0];
+    assert.deepEqual(
+      registered.type === "registered" && registered.features,
+      ["refused", "unbound", "release"],
+      "the controller answers with the features it knows",
+    );
+    new ScriptedWorker(controller, "a", "inc-2").register();
+    const zombie = new ScriptedWorker(controller, "a", "inc-1");
+    zombie.register("n2", "jobs", "inc-1", features);
+    assert.deepEqual(zombie.received, [{
+      type: "refused",
+      nonce: "n2",
+      reason: "stale-incarnation",
+      retry: false,
+      detail: 'a newer start of "a" registered; incarnation inc-1 is replaced',
+    }]);
+    assert.equal(zombie.closedWith?.code, 4004);
+    const lost = new ScriptedWorker(controller, "b");
+    lost.register("n3", "emails", undefined, features);
+    assert.deepEqual(
+      lost.received.map((f) => f.type === "refused" && [f.reason, f.retry]),
+      [["wrong-producer", false]],
+    );
+    await controller.close();
+  });
+
+  test("release hands back the jobs not started at once; the binding takes no new job", async () => {
+    const { producer, controller } = setup();
+    await controller.start();
+    const a = new ScriptedWorker(controller, "a");
+    a.register(undefined, "jobs", undefined, ["release"]);
+    a.request(0, 5);
+    producer.produce(["j1", "j2", "j3", "j4"].map(job));
+    a.release(1, 2); // j1 done, j2 running; j3 and j4 go back
+    const b = new ScriptedWorker(controller, "b");
+    b.register();
+    b.request(0, 5);
+    assert.deepEqual(b.jobIds(), ["j3", "j4"], "requeued at once, in order");
+    a.request(2, 10); // a draining binding asks for more: it gets nothing new
+    producer.produce(["j5"].map(job));
+    assert.deepEqual(a.jobIds(), ["j1", "j2", "j3", "j4"]);
+    assert.deepEqual(b.jobIds(), ["j3", "j4", "j5"]);
+    assert.equal(controller.stats().workers.find((w) => w.worker === "a")?.inFlight, 0);
+    await controller.close();
+  });
+
+  test("a release outside the binding's range ends the binding", async () => {
+    const { producer, controller, unbound } = setup();
+    await controller.start();
+    const a = new ScriptedWorker(controller, "a");
+    a.register();
+    a.request(0, 5);
+    producer.produce(["j1", "j2"].map(job));
+    a.release(0, 3); // sequence 3 was never sent
+    assert.deepEqual(unbound, ["a:illegal-demand"]);
+    await controller.close();
+  });
+
+  test("a worker whose binding ends while its link stays open is told so", async () => {
+    const { producer, controller } = setup();
+    await controller.start();
+    const a = new ScriptedWorker(controller, "a");
+    a.register(undefined, "jobs", undefined, ["unbound"]);
+    a.request(0, 5);
+    producer.produce(["j1"].map(job));
+    a.ack(7); // never sent: illegal
+    assert.deepEqual(a.received.at(-1), {
+      type: "unbound",
+      session: a.session,
+      binding: a.binding,
+      reason: "illegal-confirmation",
+    });
     await controller.close();
   });
 

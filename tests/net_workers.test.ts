@@ -84,6 +84,40 @@ test("worker processes share one job stream, each job once", TIMEOUT, async () =
   });
 });
 
+test(
+  "a worker process told SIGTERM drains: its running job finishes and is confirmed, the rest go back at once",
+  TIMEOUT,
+  async () => {
+    // Defect: a graceful close re-ran finished work: the link closed before the running handler
+    // finished and no final ack went out, so done and running jobs were requeued and run again.
+    await withFlow([], async (flow, spawn) => {
+      const leaving = await spawn({ name: "leaving", window: 20, delayMs: 300 });
+      await leaving.until((r) => r.ev === "bound", "bound");
+      const { ids, confirmed } = flow.submit(10);
+      await leaving.until(() => leaving.done().length >= 2, "two jobs done, the third running");
+      leaving.signal("SIGTERM");
+      const stay = await spawn({ name: "stay", window: 20, delayMs: 1 });
+      // The jobs never started come back at once, while the running one is still running.
+      const requeued = flow.of("requeued").flatMap((event) => event.messageIds);
+      await waitFor(() => stay.done().length > 0, "the other worker to get the released jobs");
+      const exit = await within(leaving.exited, "the draining worker to exit", 10_000);
+      assert.equal(exit.code, 143, `exit code ${exit.code}: drained, then 128 + SIGTERM`);
+      await within(confirmed, "every job confirmed", 15_000);
+      const ranTwice = leaving.done().filter((id) => stay.done().includes(id));
+      assert.deepEqual(ranTwice, [], "no finished job ran again");
+      const started = leaving.started();
+      assert.deepEqual(started, leaving.done(), "the running job was allowed to finish");
+      assert.ok(started.length >= 3, `${started.length} jobs ran on the leaving worker`);
+      assert.deepEqual(
+        requeued.filter((id) => started.includes(id)),
+        [],
+        "nothing it started was handed back",
+      );
+      assert.deepEqual(new Set([...leaving.done(), ...stay.done()]), new Set(ids));
+    });
+  },
+);
+
 test("a worker killed with SIGKILL mid-job loses its jobs to the survivors", TIMEOUT, async () => {
   await withFlow([], async (flow, spawn) => {
     const victim = await spawn({ name: "victim", window: 10, delayMs: 20 });

@@ -64,8 +64,11 @@ class ObservedLink {
         if (this.closed) return;
         const decoded = decodeWorkerFrame(frame);
         if (decoded.ok && decoded.frame.type !== "register") {
+          const frame = decoded.frame;
           for (const seq of this.outstanding.keys()) {
-            if (seq <= decoded.frame.confirmed) this.outstanding.delete(seq);
+            if (seq <= frame.confirmed) this.outstanding.delete(seq);
+            // A draining worker handed back everything after `upTo` and will not run it.
+            if (frame.type === "release" && seq > frame.upTo) this.outstanding.delete(seq);
           }
         }
         queueMicrotask(() => !this.closed && this.#receivers.controller?.receive(frame));

@@ -38,7 +38,7 @@ const caught: Record<QueueFault, string[]> = {
     "writes racing a load either land before it (and are loaded) or are fenced",
   ],
   "leaky-state": ["returned states and results are copies the caller may change"],
-  "partial-batch": ["a batch naming an unknown MessageID is a conflict and applies nothing"],
+  "partial-batch": ["a batch accepting an unknown MessageID is a conflict and applies nothing"],
 };
 
 describe("the conformance suite can fail", () => {

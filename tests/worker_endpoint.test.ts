@@ -1,15 +1,25 @@
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { type Delivery, type HandlerErrorEvent, WorkerEndpoint } from "../mod.ts";
+import {
+  type Delivery,
+  type HandlerErrorEvent,
+  RegistrationRefusedError,
+  WorkerEndpoint,
+} from "../mod.ts";
 import { SimulatedClock } from "../testing.ts";
 import { quiesce, ScriptedController } from "./support/harness.ts";
+
+/** The default ack delay, ms. */
+const ACK_DELAY = 5;
 
 interface Gate {
   release(): void;
 }
 
 /** A worker whose handler completes only when the test releases it. */
-function gatedWorker(options: { window?: number; resendInterval?: number } = {}) {
+function gatedWorker(
+  options: { window?: number; resendInterval?: number; drainTimeout?: number } = {},
+) {
   const clock = new SimulatedClock();
   const started: Delivery<string>[] = [];
   const gates: Gate[] = [];
@@ -25,9 +35,11 @@ function gatedWorker(options: { window?: number; resendInterval?: number } = {})
       }),
   });
   const controller = new ScriptedController(worker);
+  /** Let the oldest running handler resolve, and its confirmation go out (the ack delay). */
   const releaseNext = async () => {
     gates.shift()!.release();
     await quiesce();
+    await clock.advanceAsync(ACK_DELAY);
   };
   return { clock, worker, controller, started, releaseNext };
 }
@@ -156,6 +168,7 @@ describe("worker endpoint sub-flow", () => {
     await quiesce();
     assert.equal(calls, 3);
     assert.deepEqual(errors, [1, 2]);
+    await clock.advanceAsync(ACK_DELAY);
     const confirmed = [...controller.ofType("ack"), ...controller.ofType("request")].map((f) =>
       f.confirmed
     );
@@ -175,7 +188,8 @@ describe("worker endpoint sub-flow", () => {
     assert.equal(started.length, 1, "the new sub-flow waits for the running handler");
     await releaseNext(); // j1 (old binding) finishes
     assert.deepEqual(
-      controller.ofType("ack").map((a) => a.session),
+      [...controller.ofType("ack"), ...controller.ofType("request")]
+        .filter((f) => f.session === "s1" && f.confirmed > 0),
       [],
       "nothing confirmed for s1",
     );
@@ -195,8 +209,13 @@ describe("worker endpoint sub-flow", () => {
     assert.equal(controller.sent.length, before);
     controller.jobs(1000, ["beyond-demand"]); // controller traffic the worker does not answer
     before = controller.sent.length;
-    await clock.advanceAsync(1000); // sent nothing this interval: a heartbeat ack
-    assert.deepEqual(controller.sent.slice(before).map((f) => f.type), ["ack"]);
+    // Sent nothing this interval: a heartbeat. Idle with open demand and no job all interval,
+    // the heartbeat asks for a resend (a lost jobs frame cannot stall the worker).
+    await clock.advanceAsync(1000);
+    assert.deepEqual(
+      controller.sent.slice(before).map((f) => [f.type, f.type === "request" && f.resend]),
+      [["request", true]],
+    );
     before = controller.sent.length;
     await clock.advanceAsync(1000); // no controller traffic since the last tick: re-register
     assert.deepEqual(controller.sent.slice(before).map((f) => f.type), ["register"]);
@@ -221,19 +240,164 @@ describe("worker endpoint sub-flow", () => {
     assert.equal(controller.closedWith?.code, 4001);
   });
 
-  test("close() closes the link, aborts the delivery signal and waits for the running handler", async () => {
-    const { worker, controller, started, releaseNext } = gatedWorker();
-    controller.registered();
-    controller.jobs(1, ["j1"]);
+  test("close() drains: hands back buffered jobs at once, confirms the running one, then closes", async () => {
+    // Defect: close() closed the link before the running handler finished and sent no final
+    // ack, so finished work was requeued and run again elsewhere.
+    const { worker, controller, started, releaseNext } = gatedWorker({ window: 10 });
+    controller.registered("s1", "b1", 1, ["release"]);
+    controller.jobs(1, ["j1", "j2", "j3", "j4", "j5"]);
     await quiesce();
+    await releaseNext(); // j1 done
+    await releaseNext(); // j2 done; j3 running, j4 and j5 buffered
     let closed = false;
     const closing = worker.close().then(() => (closed = true));
     await quiesce();
-    assert.equal(controller.closedWith?.code, 1000);
-    assert.equal(started[0].signal.aborted, true);
-    assert.equal(closed, false);
-    await releaseNext();
+    assert.deepEqual(controller.ofType("release").at(-1), {
+      type: "release",
+      session: "s1",
+      nonce: controller.registration.nonce,
+      confirmed: 2,
+      upTo: 3,
+    }, "j4 and j5 go back at once; j3 is kept");
+    assert.equal(controller.closedWith?.code, undefined, "the link stays open while j3 runs");
+    assert.equal(started[2].signal.aborted, false);
+    await releaseNext(); // j3 finishes
     await closing;
     assert.equal(closed, true);
+    const last = controller.sent.at(-1)!;
+    assert.deepEqual([last.type, "confirmed" in last && last.confirmed], ["ack", 3]);
+    assert.equal(controller.closedWith?.code, 1000);
+    assert.deepEqual(started.map((d) => d.messageId), ["j1", "j2", "j3"], "j4, j5 never start");
+  });
+
+  test("close() aborts a handler that outlives the drain time, and does not confirm it", async () => {
+    const { worker, controller, started, clock } = gatedWorker({ drainTimeout: 1000 });
+    controller.registered();
+    controller.jobs(1, ["j1"]);
+    await quiesce();
+    const closing = worker.close();
+    await clock.advanceAsync(1000);
+    await closing;
+    assert.equal(started[0].signal.aborted, true);
+    assert.equal(controller.closedWith?.code, 1000);
+    assert.equal(
+      [...controller.ofType("ack"), ...controller.ofType("request")].some((f) => f.confirmed > 0),
+      false,
+    );
+  });
+
+  test("a worker without a live binding starts no buffered job", async () => {
+    // Defect: while disconnected, or after close code 4001 told it its jobs were requeued, a
+    // worker kept running its buffered jobs (most of a chaos soak's duplicates).
+    const { worker, controller, started, releaseNext } = gatedWorker({ window: 10 });
+    controller.registered("s1", "b1");
+    controller.jobs(1, ["j1", "j2", "j3"]);
+    await quiesce();
+    controller.close(); // the link drops while j1 runs
+    await releaseNext();
+    assert.deepEqual(started.map((d) => d.messageId), ["j1"], "j2 and j3 were given to others");
+    // Reconnected and the binding survived (a reconnect grace): it resumes where it was.
+    const again = new ScriptedController(worker);
+    again.registered("s1", "b1", 2);
+    again.jobs(2, ["j2", "j3"]);
+    await quiesce();
+    assert.deepEqual(started.map((d) => d.messageId), ["j1", "j2"]);
+    assert.equal(again.ofType("request")[0].confirmed, 1, "j1's completion reaches the controller");
+  });
+
+  test("after a reconnect to a new binding the old buffer is dropped", async () => {
+    const { worker, controller, started, releaseNext } = gatedWorker({ window: 10 });
+    controller.registered("s1", "b1");
+    controller.jobs(1, ["j1", "j2", "j3"]);
+    await quiesce();
+    controller.close();
+    await releaseNext();
+    const again = new ScriptedController(worker);
+    again.registered("s1", "b2", 1); // the binding ended: a fresh sub-flow
+    again.jobs(1, ["j9"]);
+    await quiesce();
+    assert.deepEqual(started.map((d) => d.messageId), ["j1", "j9"]);
+  });
+
+  test("confirms a finished job within the ack delay even while its buffer holds jobs", async () => {
+    // Defect: the ack waited for the buffer to drain or for the half-window top-up, so up to
+    // window/2 finished jobs stayed unconfirmed (and ran again after a worker crash).
+    const { controller, releaseNext } = gatedWorker({ window: 10 });
+    controller.registered();
+    controller.jobs(1, ["j1", "j2", "j3"]);
+    await quiesce();
+    await releaseNext(); // j1 finishes; j2 starts; j3 buffered
+    assert.deepEqual(controller.ofType("ack").map((a) => a.confirmed), [1]);
+    await releaseNext();
+    assert.deepEqual(controller.ofType("ack").map((a) => a.confirmed), [1, 2]);
+  });
+
+  test("completions within the ack delay share one cumulative ack", async () => {
+    const clock = new SimulatedClock();
+    const worker = new WorkerEndpoint<string>({
+      producer: "jobs",
+      name: "w",
+      clock,
+      window: 100,
+      ackDelay: 10,
+      handler: () => {},
+    });
+    const controller = new ScriptedController(worker);
+    controller.registered();
+    controller.jobs(1, ["j1", "j2", "j3", "j4", "j5"]);
+    await quiesce();
+    // j1..j4 finished with jobs still buffered; j5 emptied the buffer and confirms at once.
+    assert.deepEqual(controller.ofType("ack").map((a) => a.confirmed), [5]);
+    await clock.advanceAsync(10);
+    assert.deepEqual(controller.ofType("ack").map((a) => a.confirmed), [5], "nothing left to ack");
+  });
+
+  test("a final refusal closes the endpoint with a typed error; a retriable one does not", () => {
+    const { worker, controller } = gatedWorker();
+    const refusals: RegistrationRefusedError[] = [];
+    worker.addEventListener("refused", (event) => refusals.push(event.error));
+    controller.send({
+      type: "refused",
+      nonce: controller.registration.nonce,
+      reason: "already-bound",
+      retry: true,
+      detail: "try again",
+    });
+    assert.equal(refusals.length, 1);
+    assert.equal(worker.closed, false, "a retriable refusal keeps the endpoint");
+    refusals.length = 0;
+    controller.send({
+      type: "refused",
+      nonce: "another-nonce",
+      reason: "stale-incarnation",
+      retry: false,
+      detail: "old",
+    });
+    assert.equal(refusals.length, 0, "a refusal of another registration is ignored");
+    controller.send({
+      type: "refused",
+      nonce: controller.registration.nonce,
+      reason: "stale-incarnation",
+      retry: false,
+      detail: "a newer start of w registered",
+    });
+    assert.equal(refusals[0].reason, "stale-incarnation");
+    assert.ok(refusals[0] instanceof RegistrationRefusedError);
+    assert.equal(worker.closed, true);
+    assert.equal(controller.closedWith?.code, 1000);
+  });
+
+  test("announces its features and leaves an ended binding when told", async () => {
+    const { controller, started, releaseNext } = gatedWorker({ window: 10 });
+    assert.deepEqual(controller.registration.features, ["refused", "unbound", "release"]);
+    controller.registered("s1", "b1", 1, ["unbound"]);
+    controller.jobs(1, ["j1", "j2"]);
+    await quiesce();
+    const registrations = controller.ofType("register").length;
+    controller.send({ type: "unbound", session: "s1", binding: "b1", reason: "illegal-demand" });
+    assert.equal(started[0].signal.aborted, true, "the running job was given to another worker");
+    assert.equal(controller.ofType("register").length, registrations + 1, "binds afresh");
+    await releaseNext();
+    assert.deepEqual(started.map((d) => d.messageId), ["j1"]);
   });
 });

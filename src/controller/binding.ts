@@ -38,6 +38,13 @@ export class Binding {
   sentSeq = 0;
   /** Jobs confirmed through this binding (for stats). */
   confirmedCount = 0;
+  /** The worker released its jobs (it is draining): the binding takes no new job. */
+  draining = false;
+  /**
+   * When the binding last made progress while holding jobs: when its oldest unconfirmed job was
+   * assigned to an empty binding, or when a confirmation last moved (clock ms).
+   */
+  progressAt = 0;
   /** `(confirmedSeq, currentSeq]`, in order. */
   readonly unconfirmed: Deque<Job> = new Deque();
 
@@ -57,11 +64,12 @@ export class Binding {
 
   /** Jobs that may still be assigned before reaching the worker's demand. */
   get freeDemand(): number {
-    return Math.max(0, this.demandUpTo - this.currentSeq);
+    return this.draining ? 0 : Math.max(0, this.demandUpTo - this.currentSeq);
   }
 
-  /** Assign the next sequence to `job`. */
-  assign(job: Job): void {
+  /** Assign the next sequence to `job` at time `now`. */
+  assign(job: Job, now: number): void {
+    if (this.currentSeq === this.confirmedSeq) this.progressAt = now;
     this.currentSeq += 1;
     this.unconfirmed.pushBack(job);
     this.unconfirmedChars += job.payload.length;
@@ -74,8 +82,9 @@ export class Binding {
    * Move the cumulative confirmation to `confirmed` and return the jobs it covers, in order.
    * A value at or below the current watermark is a harmless duplicate.
    */
-  advance(confirmed: number): Job[] {
+  advance(confirmed: number, now: number): Job[] {
     if (confirmed <= this.confirmedSeq) return [];
+    this.progressAt = now;
     const done: Job[] = [];
     while (this.confirmedSeq < confirmed) {
       const job = this.unconfirmed.shift()!;
@@ -91,6 +100,25 @@ export class Binding {
   /** The unconfirmed job with sequence `seq`. */
   jobAt(seq: number): Job | undefined {
     return this.unconfirmed.at(seq - this.confirmedSeq - 1);
+  }
+
+  /**
+   * The worker keeps sequences up to `upTo` and hands back the rest: remove and return the jobs
+   * above it, in sequence order. The binding is then draining and takes no new job, so a
+   * released sequence is never reused for another job while an old frame may still carry it.
+   */
+  release(upTo: number): Job[] {
+    const released: Job[] = [];
+    while (this.currentSeq > upTo) {
+      const job = this.unconfirmed.pop()!;
+      this.unconfirmedChars -= job.payload.length;
+      released.push(job);
+      this.currentSeq -= 1;
+    }
+    this.demandUpTo = upTo;
+    this.draining = true;
+    if (this.sentSeq > upTo) this.sentSeq = upTo;
+    return released.reverse();
   }
 
   /** Remove and return every unconfirmed job, in sequence order. */

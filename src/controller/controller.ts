@@ -43,17 +43,21 @@ import {
 } from "../protocol/codec.ts";
 import {
   type AckFrame,
+  FEATURES,
   MAX_SEQ,
   MAX_WINDOW,
   ProducedSchema,
+  type RefusalReason,
   type RegisterFrame,
+  type ReleaseFrame,
   type RequestFrame,
   type RequestNext,
   type Stored,
   StoredAckSchema,
+  UNBOUND_REASONS,
   type WorkerFrame,
 } from "../protocol/schemas.ts";
-import type { BatchStoreJob, StoreResult } from "../queue/work_queue.ts";
+import type { BatchStoreJob, StoreResult, WorkQueueState } from "../queue/work_queue.ts";
 import { CloseCode, type Link, type LinkReceiver } from "../transport/link.ts";
 import * as v from "valibot";
 import { Binding, type Job } from "./binding.ts";
@@ -184,9 +188,21 @@ interface Connection {
   binding: Binding | undefined;
   lastHeard: number;
   closed: boolean;
+  /** The protocol features agreed at the latest registration (see `FEATURES`). */
+  features: ReadonlySet<string>;
 }
 
 const IDLE: Handshake = { phase: "idle" };
+const NO_FEATURES: ReadonlySet<string> = new Set();
+const KNOWN_FEATURES: ReadonlySet<string> = new Set(FEATURES);
+const NOTICE_REASONS: ReadonlySet<string> = new Set(UNBOUND_REASONS);
+/** Refusals after which registering again cannot succeed. */
+const FINAL_REFUSALS: ReadonlySet<RefusalReason> = new Set([
+  "stale-incarnation",
+  "wrong-producer",
+  "identity-mismatch",
+  "already-bound",
+]);
 /** Jobs frames stay below this many characters unless a single job is larger. */
 const JOBS_FRAME_CHARS = 256 * 1024;
 /** Heartbeat cadence assumed for a link that has not registered yet, ms. */
@@ -255,6 +271,10 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   readonly #dirty = new Set<Binding>();
 
   #totals = { stored: 0, accepted: 0, dispatched: 0, confirmed: 0, requeued: 0 };
+  /** Set by `drain()`: nothing more is dispatched or asked for. */
+  #stopping: Promise<void> | undefined;
+  /** Called once a drain's work is done. */
+  #drained: (() => void) | undefined;
 
   /** Validates `options` (throwing an error that names a bad option) and attaches the producer. */
   constructor(options: WorkPullingControllerOptions) {
@@ -318,6 +338,28 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     return this.#incarnate();
   }
 
+  /**
+   * Stop gracefully, then close: dispatch nothing more and ask the producer for nothing more,
+   * let the workers confirm the jobs they hold and the durable lane write every confirmation
+   * (up to `timeout` ms, default 10,000), then {@linkcode WorkPullingController.close}. What is
+   * still unconfirmed then is requeued by the next start (durable) or lost (volatile).
+   */
+  drain(timeout = 10_000): Promise<void> {
+    if (this.#state === "closed") return Promise.resolve();
+    this.#stopping ??= new Promise<void>((resolve) => {
+      const timer = this.#options.clock.setTimeout(() => this.#post(finish), timeout);
+      const finish = () => {
+        if (this.#drained === undefined) return;
+        this.#drained = undefined;
+        timer.cancel();
+        this.close().then(resolve);
+      };
+      this.#drained = finish;
+      this.#post(() => this.#checkDrained());
+    });
+    return this.#stopping;
+  }
+
   /** Stop for good: close every worker link and cancel all timers. */
   close(): Promise<void> {
     if (this.#state === "closed") return Promise.resolve();
@@ -350,6 +392,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
       binding: undefined,
       lastHeard: this.#options.clock.now(),
       closed: false,
+      features: NO_FEATURES,
     };
     this.#connections.add(connection);
     return {
@@ -413,24 +456,20 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
             this.#fail("load", outcome.error);
             return reject(outcome.error);
           }
-          this.#restore(
-            outcome.value.epoch,
-            outcome.value.state.currentSeq,
-            outcome.value.state.unconfirmed,
-          );
+          this.#restore(outcome.value.epoch, outcome.value.state);
           resolve();
         });
       })
     );
   }
 
-  #restore(
-    epoch: number,
-    currentSeq: number,
-    unconfirmed: readonly { messageId: string; seq: number; payload: string }[],
-  ) {
+  #restore(epoch: number, state: WorkQueueState) {
+    const { currentSeq, unconfirmed, recentlyCompleted } = state;
     this.#lane!.reset(epoch);
     this.#storeSeq = currentSeq;
+    // Recent completions the queue kept: a resubmission of one keeps its sequence and does not
+    // run again, across a restart too.
+    for (const { messageId, seq } of recentlyCompleted ?? []) this.#completed.set(messageId, seq);
     for (const { messageId, seq, payload } of unconfirmed) {
       const job: Job = { messageId, storeSeq: seq, payload };
       this.#pending.pushBack(job);
@@ -485,7 +524,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     }, this.#options.retryInterval);
   }
 
-  /** Retransmit the open handshake step; end silent links. */
+  /** Retransmit the open handshake step; end silent links and bindings that stopped confirming. */
   #onTick(): void {
     const handshake = this.#handshake;
     if (handshake.phase === "credit") this.#tellProducer((p) => p.onRequestNext(handshake.request));
@@ -501,6 +540,15 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
           "silent",
         );
       }
+    }
+    const maxJobAge = this.#options.maxJobAge;
+    if (maxJobAge > 0) {
+      for (const binding of [...this.#rotation.members]) {
+        if (binding.currentSeq > binding.confirmedSeq && now - binding.progressAt > maxJobAge) {
+          this.#endBinding(binding, "job-age");
+        }
+      }
+      this.#progress();
     }
   }
 
@@ -522,6 +570,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
         if (this.#mailbox.length === 0) {
           this.#flush();
           this.#launchLane();
+          if (this.#drained) this.#checkDrained();
         }
       }
     } finally {
@@ -563,7 +612,8 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     const frame: WorkerFrame = decoded.frame;
     if (frame.type === "register") this.#onRegister(connection, frame);
     else if (frame.type === "request") this.#onRequest(connection, frame);
-    else this.#onAck(connection, frame);
+    else if (frame.type === "ack") this.#onAck(connection, frame);
+    else this.#onRelease(connection, frame);
   }
 
   /** A frame that cannot be used: say why, end the binding and close the link. */
@@ -585,41 +635,53 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   }
 
   #onRegister(connection: Connection, frame: RegisterFrame): void {
+    connection.features = agreedFeatures(frame.features);
     if (frame.producer !== this.#options.name) {
-      return this.#reject(connection, "wrong-producer", `registered for "${frame.producer}"`);
+      return this.#refuseRegistration(
+        connection,
+        frame,
+        "wrong-producer",
+        `this controller serves "${this.#options.name}", not "${frame.producer}"`,
+        CloseCode.refused,
+      );
     }
     if (!identityAllows(connection.identity, frame.worker)) {
-      this.#reject(
+      return this.#refuseRegistration(
         connection,
+        frame,
         "identity-mismatch",
         `link is authorized for "${connection.identity.worker}"`,
-      );
-      return this.#closeConnection(
-        connection,
         CloseCode.policy,
-        "identity mismatch",
-        "disconnected",
       );
     }
     if (connection.binding && connection.binding.worker !== frame.worker) {
-      return this.#reject(
+      return this.#refuseRegistration(
         connection,
+        frame,
         "already-bound",
         `link is bound to "${connection.binding.worker}"`,
       );
     }
     const verdict = this.#incarnations.admit(frame.worker, frame.incarnation);
     if (verdict.kind === "stale") {
-      return this.#reject(
+      return this.#refuseRegistration(
         connection,
+        frame,
         "stale-incarnation",
-        `incarnation ${frame.incarnation} was replaced`,
+        `a newer start of "${frame.worker}" registered; incarnation ${frame.incarnation} is replaced`,
+        CloseCode.refused,
       );
     }
     let binding = this.#bindings.get(frame.worker);
     if (binding && binding.incarnation !== frame.incarnation) {
+      // A newer start of this worker: the old one is fenced for good, so its link is closed too
+      // (its next registration would be refused as stale anyway).
+      const previous = this.#linkOf.get(binding);
       this.#endBinding(binding, "replaced");
       binding = undefined;
+      if (previous && previous !== connection) {
+        this.#closeConnection(previous, CloseCode.superseded, "replaced by a newer start");
+      }
     }
     if (!binding) {
       binding = new Binding(
@@ -654,8 +716,33 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
       binding: binding.id,
       nextSeq: binding.confirmedSeq + 1,
       nonce: binding.nonce,
+      ...(frame.features ? { features: [...connection.features] } : {}),
     }));
     this.#progress();
+  }
+
+  /**
+   * A registration that cannot bind: report it, tell a worker that understands `refused` why,
+   * and close the link when registering again on it cannot succeed (`close`).
+   */
+  #refuseRegistration(
+    connection: Connection,
+    frame: RegisterFrame,
+    reason: RefusalReason,
+    detail: string,
+    close?: number,
+  ): void {
+    this.#reject(connection, reason, detail);
+    if (connection.features.has("refused")) {
+      connection.link.send(encodeFrame({
+        type: "refused",
+        nonce: frame.nonce,
+        reason,
+        retry: !FINAL_REFUSALS.has(reason),
+        detail,
+      }));
+    }
+    if (close !== undefined) this.#closeConnection(connection, close, reason, "disconnected");
   }
 
   #attachBinding(binding: Binding, connection: Connection): void {
@@ -666,7 +753,10 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   }
 
   /** The binding `frame` speaks for, or undefined when it is stale (dropped silently). */
-  #current(connection: Connection, frame: RequestFrame | AckFrame): Binding | undefined {
+  #current(
+    connection: Connection,
+    frame: RequestFrame | AckFrame | ReleaseFrame,
+  ): Binding | undefined {
     const binding = connection.binding;
     if (!binding || frame.session !== this.#session || frame.nonce !== binding.nonce) {
       return undefined;
@@ -700,8 +790,22 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     this.#progress();
   }
 
+  /** The worker drains: it keeps `(confirmed, upTo]` and hands the later jobs back at once. */
+  #onRelease(connection: Connection, frame: ReleaseFrame): void {
+    const binding = this.#current(connection, frame);
+    if (!binding) return;
+    const { confirmed, upTo } = frame;
+    if (confirmed > binding.currentSeq || upTo < confirmed || upTo > binding.currentSeq) {
+      this.#endBinding(binding, "illegal-demand");
+      return this.#progress();
+    }
+    this.#confirm(binding, confirmed);
+    this.#requeue(binding.worker, binding.release(upTo));
+    this.#progress();
+  }
+
   #confirm(binding: Binding, confirmed: number): void {
-    const done = binding.advance(confirmed);
+    const done = binding.advance(confirmed, this.#options.clock.now());
     if (done.length === 0) return;
     this.#totals.confirmed += done.length;
     for (const job of done) {
@@ -774,24 +878,54 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     const connection = this.#linkOf.get(binding);
     if (connection) connection.binding = undefined;
     this.#linkOf.delete(binding);
+    if (
+      connection && !connection.closed && connection.features.has("unbound") &&
+      NOTICE_REASONS.has(reason)
+    ) {
+      // The link stays open: tell the worker, so it stops working for the ended sub-flow.
+      const notice = reason as (typeof UNBOUND_REASONS)[number];
+      connection.link.send(
+        encodeFrame({
+          type: "unbound",
+          session: this.#session,
+          binding: binding.id,
+          reason: notice,
+        }),
+      );
+    }
     const jobs = binding.drain();
-    for (let i = jobs.length - 1; i >= 0; i--) this.#pending.pushFront(jobs[i]);
-    this.#totals.requeued += jobs.length;
     this.dispatchEvent(
       new WorkerUnboundEvent(binding.worker, binding.incarnation, binding.id, reason, jobs.length),
     );
-    if (jobs.length > 0) {
-      this.dispatchEvent(new RequeuedEvent(binding.worker, jobs.map((job) => job.messageId)));
-    }
+    this.#requeue(binding.worker, jobs);
+  }
+
+  /** Return `jobs` (in sequence order) to the head of the pool, in that order. */
+  #requeue(worker: string, jobs: readonly Job[]): void {
+    if (jobs.length === 0) return;
+    for (let i = jobs.length - 1; i >= 0; i--) this.#pending.pushFront(jobs[i]);
+    this.#totals.requeued += jobs.length;
+    this.dispatchEvent(new RequeuedEvent(worker, jobs.map((job) => job.messageId)));
   }
 
   // ------------------------------------------------------------------------------------------
   // Dispatch and credit
 
   #progress(): void {
-    if (this.#state !== "running") return;
+    if (this.#state !== "running" || this.#stopping) return;
     this.#dispatch();
     this.#openCredit();
+  }
+
+  /** A drain is done when no binding holds an unconfirmed job and the lane has written all. */
+  #checkDrained(): void {
+    if (!this.#drained) return;
+    const held = this.#rotation.members.some((binding) =>
+      binding.currentSeq > binding.confirmedSeq
+    );
+    const writing = this.#lane !== undefined &&
+      (this.#lane.busy || this.#lane.queuedConfirms > 0 || this.#laneDue);
+    if (!held && !writing) this.#drained();
   }
 
   #dispatch(): void {
@@ -809,7 +943,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
           new RangeError(`worker sequence space of ${binding.worker} exhausted`),
         );
       }
-      binding.assign(this.#pending.shift()!);
+      binding.assign(this.#pending.shift()!, this.#options.clock.now());
       this.#totals.dispatched += 1;
       this.#dirty.add(binding);
     }
@@ -1069,6 +1203,12 @@ function encodePayload(payload: unknown): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** The features both sides know, from what a worker announced. */
+function agreedFeatures(offered: readonly string[] | undefined): ReadonlySet<string> {
+  if (!offered) return NO_FEATURES;
+  return new Set(offered.filter((feature) => KNOWN_FEATURES.has(feature)));
 }
 
 function reasonForClose(code: number): UnbindReason {

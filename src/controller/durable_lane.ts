@@ -177,11 +177,11 @@ export class DurableLane {
 
   /** Run `unit` against the queue under the retry policy. Never rejects. */
   async execute(unit: LaneUnit, stop: AbortSignal): Promise<UnitOutcome> {
+    // Every part of a unit is safe to repeat after an attempt whose outcome is unknown (it timed
+    // out, or its answer was lost): a repeated store reports the first write, a repeated accept
+    // and a confirm of a job already compacted are no-ops.
     const outcome = await runWithRetry(
-      // After a timed-out attempt the confirmations may have landed; repeating one for a job the
-      // queue has since compacted would be an "unknown MessageID" conflict. They are dropped:
-      // the worst case is a redelivery after a reload, which at-least-once allows.
-      (signal, afterTimeout) => this.#call(afterTimeout ? { ...unit, confirm: [] } : unit, signal),
+      (signal) => this.#call(unit, signal),
       this.policy,
       this.clock,
       stop,
@@ -256,22 +256,19 @@ export type RetryOutcome<T> =
  * `stop` aborts. Each attempt gets its own signal, aborted after `policy.timeout`. Never rejects.
  */
 export async function runWithRetry<T>(
-  operation: (signal: AbortSignal, afterTimeout: boolean) => Promise<T>,
+  operation: (signal: AbortSignal) => Promise<T>,
   policy: LanePolicy,
   clock: Clock,
   stop: AbortSignal,
 ): Promise<RetryOutcome<T>> {
   let lastError: unknown = new Error("stopped before the first attempt");
-  let timedOut = false;
   for (let attempt = 1; attempt <= policy.attempts && !stop.aborted; attempt++) {
     if (attempt > 1) await interruptible(clock, policy.backoff * 2 ** (attempt - 2), stop);
     if (stop.aborted) break;
     try {
-      const call = (signal: AbortSignal) => operation(signal, timedOut);
-      return { ok: true, value: await attemptWithTimeout(call, policy.timeout, clock, stop) };
+      return { ok: true, value: await attemptWithTimeout(operation, policy.timeout, clock, stop) };
     } catch (error) {
       if (isTerminalQueueError(error)) return { ok: false, terminal: true, error };
-      timedOut ||= error instanceof Error && error.name === "TimeoutError";
       lastError = error;
     }
   }

@@ -21,6 +21,7 @@ export type UnbindReason =
   | "illegal-confirmation"
   | "malformed-frame"
   | "backpressure"
+  | "job-age"
   | "controller-restart"
   | "controller-stopped";
 

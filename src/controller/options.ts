@@ -45,6 +45,13 @@ export interface WorkPullingControllerOptions {
    * buffer whatever its window. Default 4 MiB (1 KiB..1 GiB).
    */
   readonly maxInFlightBytes?: number;
+  /**
+   * End a binding that holds unconfirmed jobs and confirms none of them for this long, ms: its
+   * jobs requeue to other workers (reason `job-age`). Bounds how long a worker that takes jobs
+   * and never finishes them (hung, or hoarding) can keep them. 0 disables it. Default 900,000
+   * (15 minutes); raise it if one job can legitimately run longer.
+   */
+  readonly maxJobAge?: number;
   /** Keep a disconnected worker's binding this long for a reconnect of the same incarnation, ms. Default 0. */
   readonly reconnectGrace?: number;
   /** Largest frame accepted from a worker, in characters. Default 65,536. */
@@ -72,6 +79,7 @@ export interface ResolvedControllerOptions {
   readonly maxPayloadBytes: number;
   readonly silenceIntervals: number;
   readonly reconnectGrace: number;
+  readonly maxJobAge: number;
   readonly maxWorkerFrame: number;
   readonly maxInFlightBytes: number;
   readonly dedupeWindow: number;
@@ -163,6 +171,7 @@ export function resolveControllerOptions(
       1000,
     ),
     reconnectGrace: durationOption(OWNER, "reconnectGrace", options.reconnectGrace, 0, 0, HOUR),
+    maxJobAge: durationOption(OWNER, "maxJobAge", options.maxJobAge, 900_000, 0, 7 * 24 * HOUR),
     maxWorkerFrame: integerOption(
       OWNER,
       "maxWorkerFrame",

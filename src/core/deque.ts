@@ -14,6 +14,8 @@
  * const deque = new Deque<number>();
  * deque.pushBack(2);
  * deque.pushFront(1);
+ * deque.pushBack(3);
+ * console.assert(deque.pop() === 3);
  * console.assert(deque.shift() === 1 && deque.shift() === 2);
  * ```
  */
@@ -53,6 +55,16 @@ export class Deque<T> {
     const item = this.#items[this.#head];
     this.#items[this.#head] = undefined;
     this.#head = (this.#head + 1) % this.#items.length;
+    this.#length -= 1;
+    return item;
+  }
+
+  /** Remove and return the tail, or `undefined` when empty. */
+  pop(): T | undefined {
+    if (this.#length === 0) return undefined;
+    const index = (this.#head + this.#length - 1) % this.#items.length;
+    const item = this.#items[index];
+    this.#items[index] = undefined;
     this.#length -= 1;
     return item;
   }

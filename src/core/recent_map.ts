@@ -18,6 +18,7 @@
  * recent.set("b", 2);
  * recent.set("c", 3); // evicts "a"
  * console.assert(!recent.has("a") && recent.get("c") === 3);
+ * console.assert([...recent].map(([key]) => key).join() === "b,c");
  * ```
  */
 export class RecentMap<K, V> {
@@ -60,5 +61,14 @@ export class RecentMap<K, V> {
     this.#slotValues[slot] = value;
     this.#slots.set(key, slot);
     this.#next = slot + 1 === this.capacity ? 0 : slot + 1;
+  }
+
+  /** The entries, oldest first. */
+  *[Symbol.iterator](): IterableIterator<[K, V]> {
+    for (let i = 0; i < this.capacity; i++) {
+      const slot = (this.#next + i) % this.capacity;
+      const key = this.#ring[slot];
+      if (key !== undefined && this.#slots.get(key) === slot) yield [key, this.#slotValues[slot]!];
+    }
   }
 }

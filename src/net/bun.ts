@@ -10,6 +10,7 @@ import type { WSEvents } from "hono/ws";
 import { upgradeWebSocket, websocket } from "hono/bun";
 import { buildWorkpullHono, DEFAULT_MAX_FRAME_BYTES, type WebSocketUpgrader } from "./app.ts";
 import {
+  closeOnShutdown,
   idleSeconds,
   listenOptions,
   type ServeOptions,
@@ -128,7 +129,10 @@ export function serveBun(options: ServeOptions): WorkpullServer {
   });
   const port = server.port ?? listen.port;
   const { url, workersUrl } = serverUrls(listen.hostname, port, listen.basePath);
-  let closing: Promise<void> | undefined;
-  const close = () => closing ??= Promise.resolve(server.stop(true)).then(() => {});
+  const close = closeOnShutdown(
+    listen,
+    options,
+    () => Promise.resolve(server.stop(true)).then(() => {}),
+  );
   return { app, url, workersUrl, port, close, [Symbol.asyncDispose]: close };
 }

@@ -14,16 +14,25 @@
  *   `silenceIntervals` resend intervals (a half-open socket), the client reconnects with
  *   jittered exponential backoff. The endpoint object, and so its incarnation and sub-flow, is
  *   the same across reconnects: within the controller's reconnect grace the binding resumes and
- *   nothing is delivered twice.
+ *   nothing is delivered twice. The backoff starts afresh once a registration is accepted on the
+ *   new socket (not merely when it opens), so a server that keeps refusing is retried ever more
+ *   slowly.
+ * - A refused registration that cannot succeed by retrying (another process started under the
+ *   same worker name, a token for another flow) stops that endpoint for good: a `refused` event
+ *   carries a {@linkcode RegistrationRefusedError}.
+ * - `close()` drains: buffered jobs go back to the controller at once, running handlers finish
+ *   and are confirmed, then the sockets close. Where the runtime has signals (Deno, Node, Bun),
+ *   SIGTERM and SIGINT do the same and then exit (`drainOnSignals: false` to opt out).
  *
  * @module
  */
 
-import { durationOption, integerOption, optionsObject } from "../core/options.ts";
+import { booleanOption, durationOption, integerOption, optionsObject } from "../core/options.ts";
 import { SafeEventTarget } from "../core/safe_event_target.ts";
 import { SUBPROTOCOL } from "../protocol/schemas.ts";
 import { CloseCode, type Link, type LinkReceiver } from "../transport/link.ts";
-import { type Delivery, WorkerEndpoint } from "../worker/worker_endpoint.ts";
+import { type Delivery, type RefusedEvent, WorkerEndpoint } from "../worker/worker_endpoint.ts";
+import { drainOnShutdown } from "./shutdown.ts";
 import { type Backoff, backoffDelay, type BackoffOptions, resolveBackoff } from "./backoff.ts";
 import { closeReason, guard as guardAs } from "./safety.ts";
 
@@ -76,6 +85,15 @@ export interface ConnectWorkerOptions<T> {
   readonly resendInterval?: number;
   /** Reconnect after this many resend intervals without controller traffic. Default 3 (2..1000). */
   readonly silenceIntervals?: number;
+  /** Longest delay before a finished job is confirmed, ms. Default 5 (see `WorkerEndpoint`). */
+  readonly ackDelay?: number;
+  /** How long `close()` lets running handlers finish before aborting them, ms. Default 10,000. */
+  readonly drainTimeout?: number;
+  /**
+   * Drain and exit on SIGTERM and SIGINT, where the runtime has signals (Deno, Node, Bun).
+   * Default true.
+   */
+  readonly drainOnSignals?: boolean;
   /** The incarnation id of every endpoint of this start. Default: a random UUID per endpoint. */
   readonly incarnation?: string;
   /** Give up on a connection attempt after this long, ms. Default 10,000. */
@@ -138,6 +156,8 @@ export interface WorkerConnectionEventMap {
   connected: ConnectedEvent;
   /** An endpoint's socket closed or failed to open. */
   disconnected: DisconnectedEvent;
+  /** A registration was refused; when `error.retry` is false that endpoint stopped for good. */
+  refused: RefusedEvent;
 }
 
 interface Settings {
@@ -165,14 +185,24 @@ export class WorkerConnection<T = unknown> extends SafeEventTarget<WorkerConnect
   /** The endpoints, one per unit of concurrency. */
   readonly endpoints: readonly WorkerEndpoint<T>[];
   readonly #sockets: EndpointSocket[];
+  #closing: Promise<void> | undefined;
+  #unregister: () => void = () => {};
 
   /** Use {@linkcode connectWorker}. */
-  constructor(endpoints: readonly WorkerEndpoint<T>[], settings: Settings) {
+  constructor(
+    endpoints: readonly WorkerEndpoint<T>[],
+    settings: Settings,
+    drainOnSignals = false,
+  ) {
     super();
     this.endpoints = endpoints;
     this.#sockets = endpoints.map((endpoint) =>
       new EndpointSocket(endpoint, settings, (event) => this.dispatchEvent(event))
     );
+    for (const endpoint of endpoints) {
+      endpoint.addEventListener("refused", (event) => this.dispatchEvent(event));
+    }
+    if (drainOnSignals) this.#unregister = drainOnShutdown(() => this.close());
     for (const socket of this.#sockets) socket.connect();
   }
 
@@ -187,11 +217,15 @@ export class WorkerConnection<T = unknown> extends SafeEventTarget<WorkerConnect
   }
 
   /**
-   * Stop reconnecting, close every endpoint (the controller requeues what they have not
-   * confirmed) and resolve when running handlers settled and the sockets closed.
+   * Drain and stop: no new job starts, buffered jobs go back to the controller at once, running
+   * handlers finish (up to `drainTimeout`) and are confirmed, then the sockets close and
+   * reconnecting stops. Resolves when that is done.
    */
-  async close(): Promise<void> {
-    await Promise.all(this.#sockets.map((socket) => socket.close()));
+  close(): Promise<void> {
+    this.#closing ??= Promise.all(this.#sockets.map((socket) => socket.close())).then(() => {
+      this.#unregister();
+    });
+    return this.#closing;
   }
 
   /** Same as {@linkcode WorkerConnection.close}. */
@@ -266,13 +300,19 @@ export function connectWorker<T = unknown>(options: ConnectWorkerOptions<T>): Wo
       window: options.window,
       resendInterval: options.resendInterval,
       silenceIntervals: options.silenceIntervals ?? 3,
+      ackDelay: options.ackDelay,
+      drainTimeout: options.drainTimeout,
       incarnation: options.incarnation,
     }));
-  return new WorkerConnection(endpoints, settings);
+  const drainOnSignals = booleanOption(OWNER, "drainOnSignals", options.drainOnSignals, true);
+  return new WorkerConnection(endpoints, settings, drainOnSignals);
 }
 
 /** What the reconnect loop needs of an endpoint. */
-type SocketEndpoint = Pick<WorkerEndpoint<unknown>, "attach" | "close" | "closed" | "name">;
+type SocketEndpoint = Pick<
+  WorkerEndpoint<unknown>,
+  "attach" | "close" | "closed" | "name" | "live"
+>;
 
 /** One endpoint's socket and its reconnect loop. */
 class EndpointSocket {
@@ -409,9 +449,13 @@ class EndpointSocket {
         flushAck();
         write(frame);
       },
-      // The endpoint gives the link up (silence, a bad frame, or close): do not wait for the
-      // close handshake, which a half-open socket never completes.
-      close: (code = CloseCode.normal, reason = "") => release(code, reason),
+      // The endpoint gives the link up (silence, a bad frame, or close): send a held ack first
+      // (a draining endpoint's last confirmation), and do not wait for the close handshake,
+      // which a half-open socket never completes.
+      close: (code = CloseCode.normal, reason = "") => {
+        flushAck();
+        release(code, reason);
+      },
     };
 
     socket.onopen = () =>
@@ -424,8 +468,9 @@ class EndpointSocket {
     socket.onmessage = (event: MessageEvent) =>
       guard(() => {
         if (!live || !receiver) return;
-        this.#attempt = 0; // the controller answers: the next outage starts the backoff afresh
         receiver.receive(event.data);
+        // Registered on this socket: the next outage starts the backoff afresh.
+        if (this.#endpoint.live) this.#attempt = 0;
       });
     socket.onclose = (event: CloseEvent) =>
       guard(() => {

@@ -10,6 +10,7 @@ import type { WSEvents } from "hono/ws";
 import { upgradeWebSocket } from "hono/deno";
 import { buildWorkpullHono, type WebSocketUpgrader } from "./app.ts";
 import {
+  closeOnShutdown,
   idleSeconds,
   listenOptions,
   type ServeOptions,
@@ -80,8 +81,7 @@ export function serveDeno(options: ServeOptions): WorkpullServer {
     root.fetch,
   );
   const { url, workersUrl } = serverUrls(listen.hostname, server.addr.port, listen.basePath);
-  let closing: Promise<void> | undefined;
-  const close = () => closing ??= server.shutdown();
+  const close = closeOnShutdown(listen, options, () => server.shutdown());
   return {
     app,
     url,

@@ -4,7 +4,8 @@
  * @module
  */
 
-import { durationOption, integerOption } from "../core/options.ts";
+import { booleanOption, durationOption, integerOption } from "../core/options.ts";
+import { drainOnShutdown } from "./shutdown.ts";
 import type { WorkpullApp, WorkpullAppOptions } from "./app.ts";
 
 /** Options of `serveDeno` and `serveBun`: the app's options plus where to listen. */
@@ -21,6 +22,11 @@ export interface ServeOptions extends Omit<WorkpullAppOptions, "upgradeWebSocket
    * Rounded up to whole seconds. Default 30,000 (1,000..960,000).
    */
   readonly idleTimeout?: number;
+  /**
+   * On SIGTERM or SIGINT (where the runtime has signals), drain the controller (no new work,
+   * confirmations written, up to 10 s), close the server and exit. Default true.
+   */
+  readonly drainOnSignals?: boolean;
 }
 
 /** A running server. */
@@ -46,6 +52,7 @@ export interface ListenOptions {
   readonly basePath: string;
   /** In whole seconds. */
   readonly idleTimeoutSeconds: number;
+  readonly drainOnSignals: boolean;
 }
 
 /** Validate an idle timeout in ms (default 30 s) and round it up to whole seconds. */
@@ -64,7 +71,32 @@ export function listenOptions(owner: string, options: ServeOptions): ListenOptio
     hostname: options.hostname ?? "127.0.0.1",
     basePath: basePath.replace(/\/+$/, ""),
     idleTimeoutSeconds: idleSeconds(owner, options.idleTimeout),
+    drainOnSignals: booleanOption(owner, "drainOnSignals", options.drainOnSignals, true),
   };
+}
+
+/**
+ * The `close` of a server: idempotent, and with `drainOnSignals` also run on SIGTERM / SIGINT
+ * after draining the controller (then the process exits).
+ */
+export function closeOnShutdown(
+  listen: ListenOptions,
+  options: ServeOptions,
+  stop: () => Promise<void>,
+): () => Promise<void> {
+  let closing: Promise<void> | undefined;
+  let unregister = () => {};
+  const close = () => {
+    unregister();
+    return closing ??= stop();
+  };
+  if (listen.drainOnSignals) {
+    unregister = drainOnShutdown(async () => {
+      await options.controller.drain();
+      await close();
+    });
+  }
+  return close;
 }
 
 /** The base and WebSocket URLs of a server listening on `hostname:port`. */

@@ -19,6 +19,21 @@ import * as v from "valibot";
 export const SUBPROTOCOL = "workpull.v1";
 /** The largest demand window a worker may grant (and `upTo - confirmed` may span). */
 export const MAX_WINDOW = 10_000;
+/**
+ * The optional protocol features this implementation knows, negotiated at registration: a worker
+ * lists what it understands in `register.features`; the controller answers with the ones it will
+ * use in `registered.features`. A peer never sends a frame of a feature the other did not name,
+ * so a worker without `features` gets exactly the version-1 frames.
+ *
+ * - `refused`: the controller answers a refused registration with a `refused` frame.
+ * - `unbound`: the controller tells a worker whose binding it ended while the link stays open.
+ * - `release`: the worker may hand back jobs it has not started (`release`), when draining.
+ */
+export const FEATURES = ["refused", "unbound", "release"] as const;
+
+/** A protocol feature (see {@linkcode FEATURES}). */
+export type Feature = (typeof FEATURES)[number];
+
 /** The largest length of an identifier (MessageID, worker name, incarnation, nonce, session). */
 export const MAX_ID_LENGTH = 256;
 /** Sequences stop here; reaching it is terminal (it takes 285 years at a million jobs/s). */
@@ -31,6 +46,10 @@ const id = v.pipe(
   v.check((s) => s.trim() !== "", "must not be blank"),
 );
 const seq = v.pipe(v.number(), v.safeInteger(), v.minValue(0), v.maxValue(MAX_SEQ));
+/** A protocol feature name (see {@linkcode FEATURES}); unknown names are allowed and ignored. */
+const feature = v.pipe(v.string(), v.minLength(1), v.maxLength(64));
+/** What a peer may announce: at most 32 feature names. */
+const features = v.pipe(v.array(feature), v.maxLength(32));
 const positiveSeq = v.pipe(v.number(), v.safeInteger(), v.minValue(1), v.maxValue(MAX_SEQ));
 
 // ---------------------------------------------------------------------------------------------
@@ -49,6 +68,8 @@ export const RegisterFrameSchema = v.strictObject({
   nonce: id,
   /** The worker's resend interval in ms: it sends at least one frame per interval. */
   resendInterval: v.pipe(v.number(), v.safeInteger(), v.minValue(1), v.maxValue(3_600_000)),
+  /** Optional features the worker understands (see {@linkcode FEATURES}). */
+  features: v.optional(features),
 });
 
 /** Demand and cumulative confirmation; `resend` asks for unconfirmed jobs again. */
@@ -72,11 +93,24 @@ export const AckFrameSchema = v.strictObject({
   confirmed: seq,
 });
 
+/**
+ * Feature `release`: the worker drains. It confirms through `confirmed`, keeps `(confirmed, upTo]`
+ * (the job it is running), hands back every later sequence, and grants nothing more.
+ */
+export const ReleaseFrameSchema = v.strictObject({
+  type: v.literal("release"),
+  session: id,
+  nonce: id,
+  confirmed: seq,
+  upTo: seq,
+});
+
 /** Any frame a worker may send. */
 export const WorkerFrameSchema = v.variant("type", [
   RegisterFrameSchema,
   RequestFrameSchema,
   AckFrameSchema,
+  ReleaseFrameSchema,
 ]);
 
 // ---------------------------------------------------------------------------------------------
@@ -91,6 +125,8 @@ export const RegisteredFrameSchema = v.strictObject({
   /** The first sequence of a fresh binding (`confirmed + 1` of the binding). */
   nextSeq: positiveSeq,
   nonce: id,
+  /** The features the controller will use with this worker; present when the worker sent some. */
+  features: v.optional(features),
 });
 
 /** One job inside a {@linkcode JobsFrame}. */
@@ -115,11 +151,43 @@ export const ResetFrameSchema = v.strictObject({
   session: id,
 });
 
+/** Why a registration was refused (feature `refused`). */
+export const REFUSAL_REASONS = [
+  "stale-incarnation",
+  "wrong-producer",
+  "identity-mismatch",
+  "already-bound",
+] as const;
+
+/** Feature `refused`: the registration with this nonce was refused, and why. */
+export const RefusedFrameSchema = v.strictObject({
+  type: v.literal("refused"),
+  nonce: id,
+  reason: v.picklist(REFUSAL_REASONS),
+  /** Whether registering again can succeed (false: the worker should stop). */
+  retry: v.boolean(),
+  /** A short explanation. */
+  detail: v.pipe(v.string(), v.maxLength(512)),
+});
+
+/** Why the controller ended a binding while its link stays open (feature `unbound`). */
+export const UNBOUND_REASONS = ["illegal-demand", "illegal-confirmation", "job-age"] as const;
+
+/** Feature `unbound`: the binding ended; its unconfirmed jobs went to other workers. */
+export const UnboundFrameSchema = v.strictObject({
+  type: v.literal("unbound"),
+  session: id,
+  binding: id,
+  reason: v.picklist(UNBOUND_REASONS),
+});
+
 /** Any frame the controller may send. */
 export const ControllerFrameSchema = v.variant("type", [
   RegisteredFrameSchema,
   JobsFrameSchema,
   ResetFrameSchema,
+  RefusedFrameSchema,
+  UnboundFrameSchema,
 ]);
 
 // ---------------------------------------------------------------------------------------------
@@ -187,6 +255,8 @@ export interface RegisterFrame {
   readonly nonce: string;
   /** The worker's resend interval in ms: it sends at least one frame per interval. */
   readonly resendInterval: number;
+  /** Optional features the worker understands (see {@linkcode FEATURES}). */
+  readonly features?: readonly string[];
 }
 
 /** Demand and cumulative confirmation; `resend` asks for the unconfirmed jobs again. */
@@ -217,8 +287,25 @@ export interface AckFrame {
   readonly confirmed: number;
 }
 
+/**
+ * Feature `release`: the worker drains. It confirms through `confirmed`, keeps
+ * `(confirmed, upTo]` (the job it is running), and hands back every later sequence.
+ */
+export interface ReleaseFrame {
+  /** The frame type. */
+  readonly type: "release";
+  /** The controller session the worker adopted. */
+  readonly session: string;
+  /** The nonce of the worker's latest registration. */
+  readonly nonce: string;
+  /** Every sequence up to and including this one is confirmed. */
+  readonly confirmed: number;
+  /** The worker keeps the sequences up to and including this one; later ones go back. */
+  readonly upTo: number;
+}
+
 /** Any frame a worker may send. */
-export type WorkerFrame = RegisterFrame | RequestFrame | AckFrame;
+export type WorkerFrame = RegisterFrame | RequestFrame | AckFrame | ReleaseFrame;
 
 /** The controller accepted a registration. */
 export interface RegisteredFrame {
@@ -232,6 +319,8 @@ export interface RegisteredFrame {
   readonly nextSeq: number;
   /** The registration's nonce, echoed. */
   readonly nonce: string;
+  /** The features the controller will use with this worker; present when the worker sent some. */
+  readonly features?: readonly string[];
 }
 
 /** One job inside a {@linkcode JobsFrame}. */
@@ -262,8 +351,42 @@ export interface ResetFrame {
   readonly session: string;
 }
 
+/** Why a registration was refused. */
+export type RefusalReason = (typeof REFUSAL_REASONS)[number];
+
+/** Feature `refused`: the registration with this nonce was refused, and why. */
+export interface RefusedFrame {
+  /** The frame type. */
+  readonly type: "refused";
+  /** The refused registration's nonce. */
+  readonly nonce: string;
+  /** Why. */
+  readonly reason: RefusalReason;
+  /** Whether registering again can succeed (false: the worker should stop). */
+  readonly retry: boolean;
+  /** A short explanation. */
+  readonly detail: string;
+}
+
+/** Feature `unbound`: the binding ended; its unconfirmed jobs went to other workers. */
+export interface UnboundFrame {
+  /** The frame type. */
+  readonly type: "unbound";
+  /** The controller session. */
+  readonly session: string;
+  /** The binding that ended. */
+  readonly binding: string;
+  /** Why it ended. */
+  readonly reason: (typeof UNBOUND_REASONS)[number];
+}
+
 /** Any frame the controller may send. */
-export type ControllerFrame = RegisteredFrame | JobsFrame | ResetFrame;
+export type ControllerFrame =
+  | RegisteredFrame
+  | JobsFrame
+  | ResetFrame
+  | RefusedFrame
+  | UnboundFrame;
 
 /** A grant: answer with exactly one {@linkcode Produced} of 1..`maxJobs` jobs. */
 export interface RequestNext {
@@ -351,6 +474,9 @@ type Checks = [
   Same<RegisterFrame, v.InferOutput<typeof RegisterFrameSchema>>,
   Same<RequestFrame, v.InferOutput<typeof RequestFrameSchema>>,
   Same<AckFrame, v.InferOutput<typeof AckFrameSchema>>,
+  Same<ReleaseFrame, v.InferOutput<typeof ReleaseFrameSchema>>,
+  Same<RefusedFrame, v.InferOutput<typeof RefusedFrameSchema>>,
+  Same<UnboundFrame, v.InferOutput<typeof UnboundFrameSchema>>,
   Same<WorkerFrame, v.InferOutput<typeof WorkerFrameSchema>>,
   Same<RegisteredFrame, v.InferOutput<typeof RegisteredFrameSchema>>,
   Same<WireJob, v.InferOutput<typeof WireJobSchema>>,
@@ -366,6 +492,9 @@ type Checks = [
   Same<DeliveryConfirmed, v.InferOutput<typeof DeliveryConfirmedSchema>>,
 ];
 const schemasMatchTypes: Checks = [
+  true,
+  true,
+  true,
   true,
   true,
   true,

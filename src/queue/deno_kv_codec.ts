@@ -6,7 +6,9 @@
  * - flags record: JSON `{"accepted":a,"confirmed":c}` with exactly one of them true;
  * - job record: a JSON header line `{"v":1,"id":idBytes,"len":payloadBytes,"parts":n}` and `\n`,
  *   then the MessageID's UTF-8 bytes, then the first payload bytes;
- * - part record: the next up-to-64-KiB slice of the payload's UTF-8 bytes.
+ * - part record: the next up-to-64-KiB slice of the payload's UTF-8 bytes;
+ * - done record: a recently completed job: a JSON header line `{"seq":n}` and `\n`, then the
+ *   MessageID's UTF-8 bytes (raw, like the job record, so its size is exactly known).
  *
  * Decoders throw {@linkcode QueueConflictError} for anything malformed.
  *
@@ -262,6 +264,45 @@ export function decodeMeta(value: unknown): number {
     throw malformed(`the meta record holds currentSeq ${seq}`);
   }
   return seq as number;
+}
+
+/**
+ * Encodes a done record: a recently completed job.
+ *
+ * @example
+ * ```ts
+ * import { decodeDone, encodeDone } from "./deno_kv_codec.ts";
+ * console.assert(decodeDone(encodeDone("a", 7)).seq === 7);
+ * ```
+ */
+export function encodeDone(messageId: string, seq: number): Uint8Array {
+  const header = encoder.encode(JSON.stringify({ seq }) + "\n");
+  const id = encoder.encode(messageId);
+  const record = new Uint8Array(header.length + id.length);
+  record.set(header);
+  record.set(id, header.length);
+  return record;
+}
+
+/**
+ * Decodes a done record.
+ *
+ * @example
+ * ```ts
+ * import { decodeDone } from "./deno_kv_codec.ts";
+ * console.assert(decodeDone(new TextEncoder().encode('{"seq":1}\na')).messageId === "a");
+ * ```
+ */
+export function decodeDone(value: unknown): { readonly messageId: string; readonly seq: number } {
+  if (!(value instanceof Uint8Array)) throw malformed("a done record is not bytes");
+  const end = value.indexOf(NEWLINE);
+  if (end < 0) throw malformed("a done record has no header line");
+  const { seq } = readRecord(value.subarray(0, end), "done record");
+  const messageId = decodeText(value.subarray(end + 1), "done record");
+  if (messageId === "" || !isPositiveInteger(seq)) {
+    throw malformed(`a done record holds ${JSON.stringify({ messageId, seq })}`);
+  }
+  return { messageId, seq };
 }
 
 /**

@@ -10,6 +10,7 @@
  * | `[...P, "job", seq]` | job record: header, MessageID, payload head | `store` |
  * | `[...P, "flags", seq]` | flags record; absent while neither flag is set | `accept`, `confirmMessage` |
  * | `[...P, "part", seq, n]` | payload continuation `n` = 1, 2, ... | `store` (large payloads) |
+ * | `[...P, "done", slot]` | a recently completed job: MessageID and sequence (expiring) | compaction, slot `seq % window` |
  *
  * Keys hold store sequences, never MessageIDs, so their sizes do not depend on MessageID length
  * and listing returns jobs in ascending sequence.
@@ -73,6 +74,8 @@ export interface KeySizes {
   readonly flags: number;
   /** `[...P, "part", seq, n]`. */
   readonly part: number;
+  /** `[...P, "done", slot]`. */
+  readonly done: number;
 }
 
 /**
@@ -86,7 +89,7 @@ export interface KeySizes {
  * const layout = new KvQueueLayout(["workpull"]);
  * console.assert(layout.jobKey(7).join("/") === "workpull/job/7");
  * console.assert(layout.maxPayloadBytes === 655_360);
- * console.assert(layout.batchLimits.maxOperations === 494);
+ * console.assert(layout.batchLimits.maxOperations === 329);
  * ```
  */
 export class KvQueueLayout {
@@ -102,6 +105,8 @@ export class KvQueueLayout {
   readonly flagsPrefix: KvKey;
   /** List prefix of all `part` keys. */
   readonly partPrefix: KvKey;
+  /** List prefix of the recently completed jobs' `done` keys. */
+  readonly donePrefix: KvKey;
   /** Sizes of the fixed key shapes. */
   readonly keySizes: KeySizes;
   /** The largest payload (UTF-8 bytes of its JSON text): 640 KiB. */
@@ -144,12 +149,14 @@ export class KvQueueLayout {
     this.jobPrefix = [...prefix, "job"];
     this.flagsPrefix = [...prefix, "flags"];
     this.partPrefix = [...prefix, "part"];
+    this.donePrefix = [...prefix, "done"];
     this.keySizes = {
       epoch: prefixBytes + 7,
       meta: prefixBytes + 6,
       job: prefixBytes + 5 + 9,
       flags: prefixBytes + 7 + 9,
       part: prefixBytes + 6 + 9 + 9,
+      done: prefixBytes + 6 + 9,
     };
     this.batchLimits = deriveBatchLimits(this.keySizes);
     this.partsPerCollection = Math.min(
@@ -166,6 +173,11 @@ export class KvQueueLayout {
   /** The key of the flags of the job stored at `seq`. */
   flagsKey(seq: number): KvKey {
     return [...this.flagsPrefix, seq];
+  }
+
+  /** The key of slot `slot` of the recently completed jobs. */
+  doneKey(slot: number): KvKey {
+    return [...this.donePrefix, slot];
   }
 
   /** The key of continuation part `n` (1-based) of the job stored at `seq`. */
@@ -192,25 +204,30 @@ export class KvQueueLayout {
 }
 
 /**
- * The size of one group commit. Per operation the adapter writes at most two mutations (a job
- * or flags set, or the two deletes of compaction), one set key, and 2 × key + record bytes;
- * MessageID and payload bytes are counted in `maxBytes`. Continuation parts of the payloads
- * that `maxBytes` can carry, the epoch and meta checks and the meta record are added on top.
+ * The size of one group commit. Per operation the adapter writes at most three mutations (a job
+ * or flags set; or compaction's two deletes and the set of a `done` slot), at most one set key,
+ * and the bytes of its keys and records; MessageID and payload bytes are counted in `maxBytes`
+ * (a compaction's `done` record repeats the MessageID a confirm already counted there).
+ * Continuation parts of the payloads that `maxBytes` can carry, the epoch and meta checks and
+ * the meta record are added on top.
  */
 function deriveBatchLimits(keys: KeySizes): { maxOperations: number; maxBytes: number } {
   const maxBytes = MAX_PAYLOAD_BYTES + RECORD_BOUNDS.maxMessageIdBytes;
   const record = RECORD_BOUNDS.recordMaxBytes;
   // A payload of B bytes needs at most B / (smallest head capacity) continuation parts.
   const maxParts = Math.ceil(maxBytes / headCapacity(RECORD_BOUNDS.maxMessageIdBytes));
-  const markKey = Math.max(keys.job, keys.flags);
+  const setKey = Math.max(keys.job, keys.flags, keys.done);
+  const perOperation = Math.max(
+    2 * Math.max(keys.job, keys.flags) + record, // a job or flags set
+    keys.job + keys.flags + 2 * keys.done + record, // a compaction
+  );
   const fixed = keys.epoch + keys.meta + 2 * keys.meta + record;
-  const byMutations = Math.floor((KV_LIMITS.maxMutations - 1 - maxParts) / 2);
+  const byMutations = Math.floor((KV_LIMITS.maxMutations - 1 - maxParts) / 3);
   const byBytes = Math.floor(
-    (KV_LIMITS.maxMutationBytes - fixed - maxParts * 2 * keys.part - maxBytes) /
-      (2 * markKey + record),
+    (KV_LIMITS.maxMutationBytes - fixed - maxParts * 2 * keys.part - maxBytes) / perOperation,
   );
   const bySetKeys = Math.floor(
-    (KV_LIMITS.maxSetKeyBytes - keys.meta - maxParts * keys.part) / markKey,
+    (KV_LIMITS.maxSetKeyBytes - keys.meta - maxParts * keys.part) / setKey,
   );
   return { maxOperations: Math.min(byMutations, byBytes, bySetKeys), maxBytes };
 }

@@ -5,7 +5,8 @@
  *
  * Operations apply in the order stores, accepts, confirms, exactly as if called one by one.
  * Compaction (dropping a job that is both accepted and confirmed) happens once, at the end of the
- * batch, so a MessageID repeated inside one batch is a repeat, never an unknown ID.
+ * batch, so a MessageID repeated inside one batch is a repeat, never an unknown ID. Confirming a
+ * MessageID that is not retained (compacted already, or never stored) is a no-op.
  *
  * @module
  */
@@ -68,6 +69,7 @@ export type PlannedWrite =
   }
   | {
     readonly kind: "compact";
+    readonly messageId: string;
     readonly seq: number;
     readonly parts: number;
     readonly hadFlags: boolean;
@@ -95,8 +97,8 @@ interface Draft {
 }
 
 /**
- * Decides one batch; throws {@linkcode QueueConflictError} for a wrong `firstSeq` or an unknown
- * MessageID.
+ * Decides one batch; throws {@linkcode QueueConflictError} for a wrong `firstSeq` or an accept of
+ * an unknown MessageID.
  *
  * @example Store and accept in one batch
  * ```ts
@@ -158,10 +160,8 @@ function mark(
   let draft = drafts.get(messageId);
   if (!draft) {
     const info = jobs.get(messageId);
-    if (!info) {
-      const verb = flag === "accepted" ? "accept" : "confirm";
-      throw new QueueConflictError(`Cannot ${verb} ${messageId}: unknown MessageID`);
-    }
+    if (!info && flag === "confirmed") return; // confirmed and compacted already: a no-op
+    if (!info) throw new QueueConflictError(`Cannot accept ${messageId}: unknown MessageID`);
     draft = { ...info, initial: info, payload: undefined };
     drafts.set(messageId, draft);
   }
@@ -178,7 +178,8 @@ function finish(drafts: Map<string, Draft>, stored: StoreResult[], currentSeq: n
     if (!initial) {
       if (!done) writes.push({ kind: "create", messageId, seq, payload: draft.payload!, flags });
     } else if (done) {
-      writes.push({ kind: "compact", seq, parts, hadFlags: initial.accepted || initial.confirmed });
+      const hadFlags = initial.accepted || initial.confirmed;
+      writes.push({ kind: "compact", messageId, seq, parts, hadFlags });
     } else if (initial.accepted !== accepted || initial.confirmed !== confirmed) {
       writes.push({ kind: "flags", seq, flags: { accepted, confirmed } });
     } else {

@@ -34,8 +34,8 @@ export interface KvCheckLike {
 export interface KvAtomicLike {
   /** Adds versionstamp checks. */
   check(...checks: KvCheckLike[]): KvAtomicLike;
-  /** Adds a set mutation. */
-  set(key: KvKey, value: Uint8Array): KvAtomicLike;
+  /** Adds a set mutation; `expireIn` (ms) lets the store delete the key some time after. */
+  set(key: KvKey, value: Uint8Array, options?: { readonly expireIn?: number }): KvAtomicLike;
   /** Adds a delete mutation. */
   delete(key: KvKey): KvAtomicLike;
   /** Commits: `{ ok: false }` when a check failed (nothing was written). */
@@ -114,12 +114,13 @@ export class MeasuredAtomic {
     return this;
   }
 
-  /** Adds a set. */
-  set(key: KvKey, keySize: number, value: Uint8Array): this {
+  /** Adds a set, optionally expiring `expireIn` ms later. */
+  set(key: KvKey, keySize: number, value: Uint8Array, expireIn?: number): this {
     this.#mutations += 1;
     this.#bytes += 2 * keySize + value.length;
     this.#setKeyBytes += keySize;
-    this.#op.set(key, value);
+    if (expireIn === undefined) this.#op.set(key, value);
+    else this.#op.set(key, value, { expireIn });
     return this;
   }
 

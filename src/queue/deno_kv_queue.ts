@@ -10,6 +10,7 @@
  * [...P, "job", seq]      header line, MessageID, payload   one per retained job
  * [...P, "flags", seq]    {"accepted":a,"confirmed":c}      absent until accepted or confirmed
  * [...P, "part", seq, n]  payload bytes, n = 1, 2, ...      only for payloads over ~63 KiB
+ * [...P, "done", slot]    header line, MessageID            a recently completed job (expiring)
  * ```
  *
  * How the contract is kept:
@@ -32,6 +33,11 @@
  * - **Compaction.** A job both accepted and confirmed loses its job and flags keys in the same
  *   commit; its continuation parts (keyed by a sequence that is never reused) are deleted right
  *   after, and any a crash leaves behind are deleted by the next load.
+ * - **Recent completions.** The same commit writes the job's MessageID and sequence to `done`
+ *   slot `seq % completedWindow`, expiring after `completedRetention`, so at most that many keys
+ *   exist and `load` reports them (`recentlyCompleted`): a producer resubmitting a completed job
+ *   after a restart gets its sequence back and the job does not run again. They are hints: an
+ *   unreadable one is skipped.
  * - **Errors.** Backend errors, `TypeError: database is locked` included, are rethrown unchanged
  *   and are retriable. "Locked" means not applied; after any other failed commit, whose outcome
  *   is unknown, the handle re-reads the queue before its next write.
@@ -42,6 +48,7 @@
  */
 
 import type {
+  CompletedMessage,
   DurableWorkQueue,
   LoadResult,
   QueueBatch,
@@ -53,9 +60,18 @@ import type {
   StoreResult,
 } from "./work_queue.ts";
 import { QueueConflictError, QueueFencedError } from "./work_queue.ts";
+import { durationOption, integerOption } from "../core/options.ts";
 import { isKvLockedError, type KvKey, type KvLike, MeasuredAtomic } from "./deno_kv_port.ts";
 import { KvQueueLayout } from "./deno_kv_layout.ts";
-import { decodeEpoch, encodeEpoch, encodeFlags, encodeJob, encodeMeta } from "./deno_kv_codec.ts";
+import {
+  decodeDone,
+  decodeEpoch,
+  encodeDone,
+  encodeEpoch,
+  encodeFlags,
+  encodeJob,
+  encodeMeta,
+} from "./deno_kv_codec.ts";
 import { type BatchPlan, type KvJobInfo, planBatch } from "./deno_kv_plan.ts";
 import { checkId, checkSeq, prepareBatch, prepareJob, type WriteInput } from "./deno_kv_input.ts";
 import {
@@ -80,10 +96,17 @@ export type {
 export interface DenoKvWorkQueueOptions {
   /**
    * The key prefix of this queue: one prefix per flow. Nothing else may write under
-   * `[...prefix, "epoch" | "meta" | "job" | "flags" | "part"]`. At most 1,024 encoded bytes.
-   * Default `["workpull"]`.
+   * `[...prefix, "epoch" | "meta" | "job" | "flags" | "part" | "done"]`. At most 1,024 encoded
+   * bytes. Default `["workpull"]`.
    */
   readonly prefix?: KvKey;
+  /**
+   * How many recently completed jobs to remember (one small key each), so that a resubmission
+   * after a restart does not run again. Default 10,000 (0..1,000,000; 0 disables).
+   */
+  readonly completedWindow?: number;
+  /** How long a remembered completion is kept, ms. Default 86,400,000 (a day). */
+  readonly completedRetention?: number;
 }
 
 /** What a handle knows under the epoch it writes with; valid while the meta key is unchanged. */
@@ -97,6 +120,7 @@ interface View {
   readonly orphans: KvKey[];
 }
 
+const OWNER = "DenoKvWorkQueue";
 const OPTIMISTIC_LOADS = 3;
 const ATTEMPTS = 3;
 const encoder = new TextEncoder();
@@ -105,7 +129,7 @@ const noop = () => {};
 /**
  * The Deno KV work queue. Its limits keep every commit inside one Deno KV atomic operation:
  * {@linkcode DenoKvWorkQueue.maxPayloadBytes} 640 KiB, {@linkcode DenoKvWorkQueue.maxMessageIdBytes}
- * 1 KiB, {@linkcode DenoKvWorkQueue.batchLimits} 494 operations and 641 KiB with the default
+ * 1 KiB, {@linkcode DenoKvWorkQueue.batchLimits} 329 operations and 641 KiB with the default
  * prefix. The KV handle stays the caller's to close.
  *
  * @example Store, accept and reload on an in-memory KV
@@ -133,6 +157,8 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
   readonly maxMessageIdBytes: number;
   readonly #kv: KvLike;
   readonly #layout: KvQueueLayout;
+  readonly #completedWindow: number;
+  readonly #completedRetention: number;
   #view: View | undefined;
   #tail: Promise<unknown> = Promise.resolve();
 
@@ -149,6 +175,22 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
     }
     this.#kv = kv;
     this.#layout = new KvQueueLayout(options.prefix ?? ["workpull"]);
+    this.#completedWindow = integerOption(
+      OWNER,
+      "completedWindow",
+      options.completedWindow,
+      10_000,
+      0,
+      1_000_000,
+    );
+    this.#completedRetention = durationOption(
+      OWNER,
+      "completedRetention",
+      options.completedRetention,
+      86_400_000,
+      1,
+      365 * 86_400_000,
+    );
     this.batchLimits = this.#layout.batchLimits;
     this.maxPayloadBytes = this.#layout.maxPayloadBytes;
     this.maxMessageIdBytes = this.#layout.maxMessageIdBytes;
@@ -261,7 +303,27 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
     const view: View = { epoch, epochVs, metaVs, currentSeq, jobs, orphans };
     this.#view = view;
     await this.#collectGarbage(view);
-    return { epoch, state: { currentSeq, unconfirmed: snapshot.unconfirmed } };
+    const recentlyCompleted = await this.#readCompleted(jobs);
+    return { epoch, state: { currentSeq, unconfirmed: snapshot.unconfirmed, recentlyCompleted } };
+  }
+
+  /** The remembered completions, oldest first, without jobs that are retained again. */
+  async #readCompleted(retained: ReadonlyMap<string, unknown>): Promise<CompletedMessage[]> {
+    if (this.#completedWindow === 0) return [];
+    const latest = new Map<string, number>();
+    for await (const entry of this.#kv.list({ prefix: this.#layout.donePrefix })) {
+      let done;
+      try {
+        done = decodeDone(entry.value);
+      } catch {
+        continue; // a hint only: an unreadable one is skipped
+      }
+      if (retained.has(done.messageId)) continue;
+      if ((latest.get(done.messageId) ?? 0) < done.seq) latest.set(done.messageId, done.seq);
+    }
+    return [...latest].map(([messageId, seq]) => ({ messageId, seq })).sort((a, b) =>
+      a.seq - b.seq
+    );
   }
 
   async #write(
@@ -360,6 +422,11 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
       } else {
         atomic.delete(layout.jobKey(write.seq), sizes.job);
         if (write.hadFlags) atomic.delete(layout.flagsKey(write.seq), sizes.flags);
+        if (this.#completedWindow > 0) {
+          const slot = write.seq % this.#completedWindow;
+          const done = encodeDone(write.messageId, write.seq);
+          atomic.set(layout.doneKey(slot), sizes.done, done, this.#completedRetention);
+        }
         for (let n = 1; n <= write.parts; n++) orphans.push(layout.partKey(write.seq, n));
       }
     }

@@ -6,7 +6,9 @@
  * @module
  */
 
+import { RecentMap } from "../core/recent_map.ts";
 import {
+  type CompletedMessage,
   type DurableWorkQueue,
   type LoadResult,
   type QueueBatch,
@@ -31,7 +33,8 @@ interface Entry {
 /**
  * A process-local {@linkcode DurableWorkQueue}. Every call completes atomically (JavaScript runs
  * it to the end before any other call starts), so all calls are linearizable. A job is compacted
- * as soon as it is both accepted and confirmed; its MessageID then counts as new.
+ * as soon as it is both accepted and confirmed; its MessageID then counts as new, and the last
+ * `completedWindow` (default 10,000) compacted jobs are reported by `load` as recently completed.
  *
  * @example Store, accept, reload
  * ```ts
@@ -51,6 +54,12 @@ export class MemoryWorkQueue implements DurableWorkQueue {
   #epoch = 0;
   #currentSeq = 0;
   readonly #entries = new Map<string, Entry>();
+  readonly #completed: RecentMap<string, number>;
+
+  /** Creates an empty queue remembering the last `completedWindow` completions (0 disables). */
+  constructor(options: { readonly completedWindow?: number } = {}) {
+    this.#completed = new RecentMap(options.completedWindow ?? 10_000);
+  }
 
   /** The number of retained (not yet compacted) jobs; for tests and diagnostics. */
   get size(): number {
@@ -67,8 +76,11 @@ export class MemoryWorkQueue implements DurableWorkQueue {
         }
       }
       unconfirmed.sort((a, b) => a.seq - b.seq);
+      const recentlyCompleted: CompletedMessage[] = [];
+      for (const [messageId, seq] of this.#completed) recentlyCompleted.push({ messageId, seq });
       this.#epoch += 1;
-      return { epoch: this.#epoch, state: { currentSeq: this.#currentSeq, unconfirmed } };
+      const state = { currentSeq: this.#currentSeq, unconfirmed, recentlyCompleted };
+      return { epoch: this.#epoch, state };
     });
   }
 
@@ -132,9 +144,9 @@ export class MemoryWorkQueue implements DurableWorkQueue {
           }`,
         );
       }
-      for (const id of [...(batch.accept ?? []), ...(batch.confirm ?? [])]) {
+      for (const id of batch.accept ?? []) {
         if (!this.#entries.has(id) && !fresh.has(id)) {
-          throw new QueueConflictError(`Cannot mark ${id}: unknown MessageID`);
+          throw new QueueConflictError(`Cannot accept ${id}: unknown MessageID`);
         }
       }
       const stored = jobs.map((job) => {
@@ -147,7 +159,10 @@ export class MemoryWorkQueue implements DurableWorkQueue {
       // is still known when its second mark applies.
       const touched = [...(batch.accept ?? []), ...(batch.confirm ?? [])];
       for (const id of batch.accept ?? []) this.#entries.get(id)!.accepted = true;
-      for (const id of batch.confirm ?? []) this.#entries.get(id)!.confirmed = true;
+      for (const id of batch.confirm ?? []) {
+        const entry = this.#entries.get(id);
+        if (entry) entry.confirmed = true; // gone already: a repeat, a no-op
+      }
       for (const id of touched) this.#compact(id);
       return { stored };
     });
@@ -166,6 +181,7 @@ export class MemoryWorkQueue implements DurableWorkQueue {
 
   #mark(messageId: string, flag: "accepted" | "confirmed"): void {
     const entry = this.#entries.get(messageId);
+    if (!entry && flag === "confirmed") return; // confirmed and compacted already: a no-op
     if (!entry) throw new QueueConflictError(`Cannot mark ${messageId} ${flag}: unknown MessageID`);
     entry[flag] = true;
     this.#compact(messageId);
@@ -174,7 +190,9 @@ export class MemoryWorkQueue implements DurableWorkQueue {
   /** Drop a job that is both accepted and confirmed: its MessageID then counts as new. */
   #compact(messageId: string): void {
     const entry = this.#entries.get(messageId);
-    if (entry?.accepted && entry.confirmed) this.#entries.delete(messageId);
+    if (!entry?.accepted || !entry.confirmed) return;
+    this.#entries.delete(messageId);
+    if (this.#completed.capacity > 0) this.#completed.set(messageId, entry.seq);
   }
 
   #fence(epoch: QueueEpoch): void {

@@ -11,7 +11,9 @@
  *   retry returns the original sequence and payload with `alreadyStored: true`.
  * - `accept` records that the producer removed the job from its own recoverable source.
  * - `confirmMessage` marks one job complete; a job both accepted and confirmed may be compacted,
- *   after which its MessageID counts as new.
+ *   after which its MessageID counts as new. Confirmation is idempotent: confirming a MessageID
+ *   that is already confirmed, compacted or unknown is a no-op, so a unit whose outcome is
+ *   unknown (a commit that applied but whose answer was lost) can always be retried.
  *
  * Stale epochs (and epoch 0) get {@link QueueFencedError}; ownership or integrity conflicts get
  * {@link QueueConflictError}; both are terminal for the controller. Any other rejection is a
@@ -40,12 +42,26 @@ export interface UnconfirmedMessage {
   readonly payload: string;
 }
 
+/** A job that was confirmed recently, as an adapter may remember it. */
+export interface CompletedMessage {
+  /** Its MessageID. */
+  readonly messageId: string;
+  /** The store sequence it had. */
+  readonly seq: number;
+}
+
 /** The state a controller rebuilds from at (re)start. */
 export interface WorkQueueState {
   /** The append cursor: the highest store sequence ever assigned (0 when empty). */
   readonly currentSeq: number;
   /** Accepted, unconfirmed jobs in strictly ascending `seq`, with unique MessageIDs. */
   readonly unconfirmed: readonly UnconfirmedMessage[];
+  /**
+   * Optional: jobs confirmed recently (oldest first), so that a producer resubmitting one after a
+   * restart gets its original sequence and the job does not run again. Adapters keep a bounded
+   * number of them for a bounded time.
+   */
+  readonly recentlyCompleted?: readonly CompletedMessage[];
 }
 
 /** The result of {@linkcode DurableWorkQueue.load}. */
@@ -145,7 +161,7 @@ export interface DurableWorkQueue {
   store(epoch: QueueEpoch, request: StoreRequest, options?: QueueCallOptions): Promise<StoreResult>;
   /** Record that the producer removed the job from its recoverable source. */
   accept(epoch: QueueEpoch, messageId: string, options?: QueueCallOptions): Promise<void>;
-  /** Mark one job complete. */
+  /** Mark one job complete; a no-op for a MessageID already confirmed, compacted or unknown. */
   confirmMessage(epoch: QueueEpoch, messageId: string, options?: QueueCallOptions): Promise<void>;
   /** Optional: apply many operations in one transaction (group commit). */
   commit?(
@@ -179,8 +195,8 @@ export class QueueFencedError extends Error {
 }
 
 /**
- * A state-ownership or integrity conflict: a wrong proposed sequence, an unknown MessageID,
- * malformed persisted state. Terminal for the controller.
+ * A state-ownership or integrity conflict: a wrong proposed sequence, an accept of an unknown
+ * MessageID, malformed persisted state. Terminal for the controller.
  *
  * @example
  * ```ts

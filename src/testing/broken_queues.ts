@@ -163,7 +163,7 @@ export class BrokenWorkQueue implements DurableWorkQueue {
       if (fresh && batch.store!.firstSeq !== this.#currentSeq + 1) {
         throw new QueueConflictError(`Cannot store at ${batch.store!.firstSeq}`);
       }
-      const unknown = [...accept, ...confirm].find((id) => !known.has(id));
+      const unknown = accept.find((id) => !known.has(id));
       if (unknown !== undefined) throw new QueueConflictError(`Cannot mark ${unknown}: unknown`);
     }
     const stored: StoreResult[] = [];
@@ -184,6 +184,7 @@ export class BrokenWorkQueue implements DurableWorkQueue {
 
   async #mark(messageId: string, flag: "accepted" | "confirmed", compact = true): Promise<void> {
     const entry = this.#entries.get(messageId);
+    if (!entry && flag === "confirmed") return; // compacted already: a no-op
     if (!entry) throw new QueueConflictError(`Cannot mark ${messageId}: unknown MessageID`);
     if (this.fault === "racy") await Promise.resolve();
     const next = { ...entry, [flag]: true };

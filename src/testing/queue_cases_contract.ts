@@ -123,29 +123,32 @@ export function contractCases(factory: QueueFactory): ConformanceCase[] {
     ),
 
     rule(
-      "confirm of an unknown MessageID is a conflict; a repeated confirm is a no-op",
+      "confirm is idempotent: of an unknown, a confirmed or a compacted MessageID it is a no-op",
       [],
       async ({ queue }) => {
         const { epoch } = await queue.load();
-        await rejects(
-          queue.confirmMessage(epoch, "ghost"),
-          "conflict",
-          "confirm of an unknown MessageID",
+        await resolves(queue.confirmMessage(epoch, "ghost"), "confirm of an unknown MessageID");
+        equal(
+          await queue.store(epoch, job("ghost", 1)),
+          fresh(1, payloadOf("ghost")),
+          "a confirm of an unknown MessageID stores nothing",
         );
-        await queue.store(epoch, job("a", 1));
+        await queue.store(epoch, job("a", 2));
         await queue.confirmMessage(epoch, "a");
         await resolves(queue.confirmMessage(epoch, "a"), "a repeated confirm");
         equal(
-          await queue.store(epoch, job("a", 2)),
-          repeat(1, payloadOf("a")),
+          await queue.store(epoch, job("a", 3)),
+          repeat(2, payloadOf("a")),
           "the confirmed, unaccepted job is retained",
         );
         await queue.accept(epoch, "a");
-        equal(
-          (await queue.load()).state.unconfirmed,
-          [],
-          "unconfirmed once accepted and confirmed",
+        const { epoch: next, state } = await queue.load();
+        equal(state.unconfirmed, [], "unconfirmed once a is accepted and confirmed");
+        await resolves(
+          queue.confirmMessage(next, "a"),
+          "a confirm repeated after compaction (a retry whose first attempt applied)",
         );
+        equal((await queue.load()).state.unconfirmed, [], "nothing changed");
       },
     ),
 

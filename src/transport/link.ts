@@ -49,4 +49,6 @@ export const CloseCode = {
   silent: 4001,
   /** Another connection took over this worker's binding. */
   superseded: 4002,
+  /** The registration was refused (a `refused` frame says why to workers that understand it). */
+  refused: 4004,
 } as const;

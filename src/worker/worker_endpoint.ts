@@ -3,22 +3,32 @@
  *
  * How a worker behaves, in order:
  *
- * 1. On every new link it **registers** (producer, worker name, incarnation, fresh nonce). The
- *    `registered` answer names a session and a binding; a session or binding it has not seen is
- *    **adopted**: the sub-flow restarts at `nextSeq`, the buffer is cleared. Then it grants
- *    demand: `request {confirmed, upTo: confirmed + window}`.
+ * 1. On every new link it **registers** (producer, worker name, incarnation, fresh nonce, the
+ *    protocol features it understands). The `registered` answer names a session and a binding; a
+ *    session or binding it has not seen is **adopted**: the sub-flow restarts at `nextSeq`, the
+ *    buffer is cleared. Then it grants demand: `request {confirmed, upTo: confirmed + window}`.
  * 2. Jobs arrive in `jobs` frames with contiguous sequences. Duplicates below the expected
  *    sequence are re-acknowledged, jobs beyond the granted demand are dropped, the rest are
  *    buffered (at most `window`).
- * 3. **One job at a time**, in sequence order, goes to the handler. Only when the handler
- *    resolves is the job confirmed: a top-up `request` when at most half the window remains,
- *    otherwise an `ack` once the buffer is drained (confirmations are cumulative).
- * 4. A handler that rejects is retried on this worker after the resend interval (the job stays
- *    in flight; it is never run twice at once), and an `error` event reports it.
- * 5. Every resend interval a **tick**: with no session or no controller traffic since the last
- *    tick it re-registers (a liveness probe that also recovers a lost registration); with a gap
- *    in the buffer it asks for a resend; if it sent nothing since the last tick it sends an
- *    `ack` as a heartbeat, so the controller always hears from it within one interval.
+ * 3. **One job at a time**, in sequence order, goes to the handler, and only while the binding is
+ *    **live** (registered on the current link): a worker that lost its link, or was told its
+ *    binding ended, starts nothing more, because the controller has given those jobs to others.
+ * 4. Only when the handler resolves is the job confirmed: a top-up `request` when at most half the
+ *    window remains, otherwise an `ack` — at once when nothing else is buffered, else within
+ *    `ackDelay` (completions in that delay share one cumulative ack), so a finished job is never
+ *    left unconfirmed for long.
+ * 5. A handler that rejects is retried on this worker after the resend interval (the job stays in
+ *    flight; it is never run twice at once), and a `handler-error` event reports it.
+ * 6. Every resend interval a **tick**: with no session or no controller traffic since the last
+ *    tick it re-registers (a liveness probe that also recovers a lost registration); with a gap in
+ *    the buffer it asks for a resend; if it sent nothing since the last tick it sends a heartbeat,
+ *    so the controller always hears from it within one interval: an `ack`, or, when it is idle
+ *    with open demand and no job came for the whole interval, a `request` with `resend` (so a
+ *    lost jobs frame cannot stall it: the controller sends again whatever it has not seen
+ *    confirmed).
+ * 7. **Closing drains**: no new job starts, buffered jobs are handed back at once (`release`, when
+ *    the controller supports it), the running handler may finish (up to `drainTimeout`) and is
+ *    confirmed, then the link closes. Finished work is never handed back.
  *
  * A job whose binding ended while its handler was running (the controller requeued it) is not
  * confirmed; if it comes back to this worker, the remembered completion confirms it without
@@ -39,9 +49,13 @@ import { RecentMap } from "../core/recent_map.ts";
 import { SafeEventTarget } from "../core/safe_event_target.ts";
 import { decodeControllerFrame, encodeFrame } from "../protocol/codec.ts";
 import {
+  FEATURES,
   type JobsFrame,
   MAX_WINDOW,
+  type RefusalReason,
+  type RefusedFrame,
   type RegisteredFrame,
+  type UnboundFrame,
   type WorkerFrame,
 } from "../protocol/schemas.ts";
 import { CloseCode, type Link, type LinkReceiver } from "../transport/link.ts";
@@ -56,7 +70,10 @@ export interface Delivery<T = unknown> {
   readonly payload: T;
   /** 1 for the first run on this worker, then 2, 3... after the handler rejected. */
   readonly attempt: number;
-  /** Aborted when the endpoint closes. */
+  /**
+   * Aborted when the job should stop: the endpoint closed and the drain time ran out, or the
+   * controller ended the binding (the job was given to another worker). `signal.reason` says why.
+   */
   readonly signal: AbortSignal;
 }
 
@@ -77,6 +94,13 @@ export interface WorkerEndpointOptions<T> {
    * link), so a reconnecting transport can open a new one. Default: never.
    */
   readonly silenceIntervals?: number;
+  /**
+   * Longest wait between a handler resolving and its confirmation being sent, ms; completions
+   * within it share one cumulative `ack`. 0 sends an ack after every job. Default 5 (0..1000).
+   */
+  readonly ackDelay?: number;
+  /** How long `close()` lets the running handler finish before aborting it, ms. Default 10,000. */
+  readonly drainTimeout?: number;
   /** This start's incarnation id. Default: a random UUID. */
   readonly incarnation?: string;
   /** The time source. Default: the system clock. */
@@ -129,15 +153,67 @@ export class BoundEvent extends Event {
   }
 }
 
+/**
+ * The controller refused a registration. With `retry` false registering again cannot succeed
+ * (for example a newer process registered under the same worker name): the endpoint closes.
+ *
+ * @example
+ * ```ts
+ * import { RegistrationRefusedError } from "./worker_endpoint.ts";
+ * const error = new RegistrationRefusedError("w1", "stale-incarnation", false, "replaced");
+ * console.assert(error.name === "RegistrationRefusedError" && !error.retry);
+ * ```
+ */
+export class RegistrationRefusedError extends Error {
+  /** Creates the error. */
+  constructor(
+    /** The endpoint name. */
+    readonly endpoint: string,
+    /** Why. */
+    readonly reason: RefusalReason,
+    /** Whether registering again can succeed. */
+    readonly retry: boolean,
+    /** The controller's explanation. */
+    readonly detail: string,
+  ) {
+    super(`The controller refused worker "${endpoint}" (${reason}): ${detail}`);
+    this.name = "RegistrationRefusedError";
+  }
+}
+
+/**
+ * A registration was refused; `error` says why. When `error.retry` is false the endpoint has
+ * closed itself.
+ *
+ * @example
+ * ```ts
+ * import { RefusedEvent, RegistrationRefusedError } from "./worker_endpoint.ts";
+ * const event = new RefusedEvent(new RegistrationRefusedError("w1", "wrong-producer", false, ""));
+ * console.assert(event.error.reason === "wrong-producer");
+ * ```
+ */
+export class RefusedEvent extends Event {
+  /** Creates the event. */
+  constructor(
+    /** The refusal. */
+    readonly error: RegistrationRefusedError,
+  ) {
+    super("refused");
+  }
+}
+
 interface InFlight {
   readonly seq: number;
   readonly messageId: string;
   readonly payload: unknown;
+  readonly abort: AbortController;
   attempt: number;
 }
 
 /** How many completed MessageIDs a worker remembers, to confirm a returning job without rerunning it. */
 const REMEMBERED_COMPLETIONS = 1024;
+/** What this endpoint announces at registration. */
+const OFFERED_FEATURES: readonly string[] = FEATURES;
 
 /**
  * A worker endpoint. Attach it to a link (in-process, `MessagePort`, or the WebSocket client).
@@ -173,28 +249,39 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   readonly #handler: (delivery: Delivery<T>) => unknown;
   readonly #resendInterval: number;
   readonly #silenceIntervals: number | undefined;
+  readonly #ackDelay: number;
+  readonly #drainTimeout: number;
   readonly #clock: Clock;
 
   #link: Link | undefined;
   #linkChanged = false;
+  /** Registered on the current link: the binding is live and jobs may start. */
+  #live = false;
   #session = "";
   #binding = "";
   #nonce = "";
+  #features: ReadonlySet<string> = new Set();
   #expectedSeq = 1;
   #confirmedSeq = 0;
   #requestUpTo = 0;
+  /** The highest confirmation sent on the current link. */
+  #sentConfirmed = -1;
   readonly #buffer = new Map<number, { messageId: string; payload: unknown }>();
   #inFlight: InFlight | undefined;
   #running = false;
   readonly #completed = new RecentMap<string, true>(REMEMBERED_COMPLETIONS);
   #sawTraffic = false;
+  #sawJobs = false;
   #sentSinceTick = false;
   #quietTicks = 0;
   #lastGapRequest = Number.NEGATIVE_INFINITY;
   #tick: TimerHandle | undefined;
   #retry: TimerHandle | undefined;
+  #ackTimer: TimerHandle | undefined;
+  #draining = false;
+  #closing: Promise<void> | undefined;
+  #settled: (() => void) | undefined;
   readonly #abort = new AbortController();
-  #idle: (() => void) | undefined;
   #processed = 0;
 
   /** Validates `options`, throwing an error that names a bad option. */
@@ -217,6 +304,15 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     this.#silenceIntervals = options.silenceIntervals === undefined
       ? undefined
       : integerOption(owner, "silenceIntervals", options.silenceIntervals, 4, 2, 1000);
+    this.#ackDelay = durationOption(owner, "ackDelay", options.ackDelay, 5, 0, 1000);
+    this.#drainTimeout = durationOption(
+      owner,
+      "drainTimeout",
+      options.drainTimeout,
+      10_000,
+      0,
+      3_600_000,
+    );
     this.incarnation = options.incarnation === undefined
       ? crypto.randomUUID()
       : identifierOption(owner, "incarnation", options.incarnation);
@@ -228,9 +324,14 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     return this.#processed;
   }
 
-  /** True after {@linkcode WorkerEndpoint.close}. */
+  /** True while the endpoint is registered on its current link (jobs may start). */
+  get live(): boolean {
+    return this.#live;
+  }
+
+  /** True once {@linkcode WorkerEndpoint.close} was called (or a final refusal closed it). */
   get closed(): boolean {
-    return this.#abort.signal.aborted;
+    return this.#closing !== undefined;
   }
 
   /** Attach a link to the controller; the endpoint registers at once. */
@@ -241,6 +342,8 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     }
     this.#link = link;
     this.#linkChanged = true;
+    this.#live = false;
+    this.#sentConfirmed = -1;
     this.#quietTicks = 0;
     this.#register();
     this.#scheduleTick();
@@ -249,26 +352,55 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
         if (this.#link === link) this.#guard(() => this.#onFrame(frame));
       },
       closed: () => {
-        if (this.#link === link) this.#link = undefined;
+        if (this.#link === link) this.#dropLink();
       },
     };
   }
 
   /**
-   * Stop: close the link (the controller requeues what this worker has not confirmed), abort
-   * `delivery.signal`, and resolve once the running handler settled.
+   * Stop gracefully: start no new job, hand back the buffered ones at once (the controller
+   * requeues them), let the running handler finish (up to `drainTimeout`, then its `signal`
+   * aborts) and confirm it, then close the link. Resolves once the handler settled.
    */
   close(): Promise<void> {
-    if (!this.closed) {
-      this.#abort.abort(new Error("the worker endpoint closed"));
-      this.#tick?.cancel();
-      this.#retry?.cancel();
-      const link = this.#link;
-      this.#link = undefined;
-      link?.close(CloseCode.normal, "worker closed");
+    if (this.#closing) return this.#closing;
+    this.#draining = true;
+    this.#retry?.cancel();
+    this.#retry = undefined;
+    const running = this.#inFlight;
+    if (this.#live && this.#features.has("release")) {
+      const upTo = running ? running.seq : this.#confirmedSeq;
+      this.#requestUpTo = upTo;
+      this.#send({
+        type: "release",
+        session: this.#session,
+        nonce: this.#nonce,
+        confirmed: this.#confirmedSeq,
+        upTo,
+      });
     }
-    if (!this.#running) return Promise.resolve();
-    return new Promise((resolve) => (this.#idle = resolve));
+    this.#buffer.clear();
+    if (!this.#running) {
+      // A job that failed and waits for its retry is not started again: it goes back too.
+      this.#inFlight = undefined;
+      this.#finishClose("worker closed");
+      return this.#closing = Promise.resolve();
+    }
+    this.#closing = new Promise<void>((resolve) => {
+      const timer = this.#clock.setTimeout(() => {
+        this.#settled = undefined;
+        this.#inFlight?.abort.abort(new Error(`drain time of ${this.#drainTimeout} ms ran out`));
+        this.#inFlight = undefined; // not confirmed: the controller requeues it
+        this.#finishClose("worker closed; drain time ran out");
+        resolve();
+      }, this.#drainTimeout);
+      this.#settled = () => {
+        timer.cancel();
+        this.#finishClose("worker closed");
+        resolve();
+      };
+    });
+    return this.#closing;
   }
 
   /** Same as {@linkcode WorkerEndpoint.close}. */
@@ -277,6 +409,24 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   }
 
   // ------------------------------------------------------------------------------------------
+
+  #finishClose(reason: string): void {
+    this.#tick?.cancel();
+    this.#tick = undefined;
+    this.#ackTimer?.cancel();
+    this.#ackTimer = undefined;
+    this.#abort.abort(new Error("the worker endpoint closed"));
+    const link = this.#link;
+    this.#dropLink();
+    link?.close(CloseCode.normal, reason);
+  }
+
+  #dropLink(): void {
+    this.#link = undefined;
+    this.#live = false;
+    this.#ackTimer?.cancel();
+    this.#ackTimer = undefined;
+  }
 
   #guard(body: () => void): void {
     try {
@@ -289,6 +439,11 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   #send(frame: WorkerFrame): void {
     if (!this.#link) return;
     this.#sentSinceTick = true;
+    if (frame.type !== "register") {
+      this.#sentConfirmed = frame.confirmed;
+      this.#ackTimer?.cancel();
+      this.#ackTimer = undefined;
+    }
     this.#link.send(encodeFrame(frame));
   }
 
@@ -301,6 +456,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       incarnation: this.incarnation,
       nonce: this.#nonce,
       resendInterval: Math.max(1, Math.round(this.#resendInterval)),
+      features: OFFERED_FEATURES,
     });
   }
 
@@ -325,6 +481,15 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     });
   }
 
+  /** Confirm within `ackDelay`, sharing one ack with whatever else completes meanwhile. */
+  #scheduleAck(): void {
+    if (this.#ackDelay === 0 || this.#draining) return this.#ack();
+    this.#ackTimer ??= this.#clock.setTimeout(() => {
+      this.#ackTimer = undefined;
+      if (this.#live && this.#confirmedSeq > this.#sentConfirmed) this.#guard(() => this.#ack());
+    }, this.#ackDelay);
+  }
+
   #scheduleTick(): void {
     if (this.#tick || this.closed) return;
     this.#tick = this.#clock.setTimeout(() => {
@@ -340,15 +505,27 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     else this.#quietTicks += 1;
     if (this.#silenceIntervals !== undefined && this.#quietTicks >= this.#silenceIntervals) {
       const link = this.#link;
-      this.#link = undefined;
+      this.#dropLink();
       link.close(CloseCode.silent, "no controller traffic within the silence bound");
       return;
     }
     if (!this.#session || !this.#sawTraffic) this.#register();
     else if (this.#gapOpen()) this.#request(true);
-    else if (!this.#sentSinceTick) this.#ack();
+    else if (!this.#sentSinceTick) {
+      // The heartbeat. When idle with open demand and no job for an interval, it asks for a
+      // resend: if the controller's last jobs frame was lost, only that brings it back.
+      if (this.#stalled()) this.#request(true);
+      else this.#ack();
+    }
     this.#sawTraffic = false;
+    this.#sawJobs = false;
     this.#sentSinceTick = false;
+  }
+
+  /** Open demand, nothing buffered or running, and no job for a whole interval. */
+  #stalled(): boolean {
+    return this.#live && !this.#draining && !this.#sawJobs && !this.#inFlight &&
+      this.#buffer.size === 0 && this.#requestUpTo > this.#confirmedSeq;
   }
 
   #onFrame(data: unknown): void {
@@ -357,35 +534,92 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       // The controller is not speaking our protocol: drop the link; a reconnecting transport
       // will try again.
       const link = this.#link;
-      this.#link = undefined;
+      this.#dropLink();
       link?.close(CloseCode.invalidFrame, decoded.reason);
       return;
     }
     const frame = decoded.frame;
-    if (frame.type === "registered") return this.#onRegistered(frame);
-    if (frame.type === "jobs") return this.#onJobs(frame);
-    if (frame.session !== this.#session) this.#register(); // reset: the controller restarted
+    switch (frame.type) {
+      case "registered":
+        return this.#onRegistered(frame);
+      case "jobs":
+        return this.#onJobs(frame);
+      case "refused":
+        return this.#onRefused(frame);
+      case "unbound":
+        return this.#onUnbound(frame);
+      case "reset":
+        if (frame.session !== this.#session) this.#register(); // the controller restarted
+    }
   }
 
   #onRegistered(frame: RegisteredFrame): void {
     if (frame.nonce !== this.#nonce) return;
     this.#sawTraffic = true;
+    this.#features = new Set(frame.features ?? []);
     if (frame.session !== this.#session || frame.binding !== this.#binding) {
       // A fresh sub-flow. A job still running belongs to the old one: it will not be confirmed.
       this.#session = frame.session;
       this.#binding = frame.binding;
       this.#expectedSeq = frame.nextSeq;
       this.#confirmedSeq = frame.nextSeq - 1;
-      this.#buffer.clear();
-      this.#inFlight = undefined;
-      this.#retry?.cancel();
+      this.#forgetSubFlow(new Error("the binding ended; the job went to another worker"));
       this.dispatchEvent(new BoundEvent(frame.session, frame.binding));
     }
+    this.#live = true;
+    if (this.#draining) {
+      // Re-registered while draining (the link came back): hand everything back again.
+      this.#requestUpTo = this.#inFlight?.seq ?? this.#confirmedSeq;
+      if (this.#features.has("release")) {
+        this.#send({
+          type: "release",
+          session: this.#session,
+          nonce: this.#nonce,
+          confirmed: this.#confirmedSeq,
+          upTo: this.#requestUpTo,
+        });
+      }
+      return;
+    }
     // After a new link, ask for everything unconfirmed again: frames may have been lost with
-    // the old link. On the same link nothing is lost, so this only re-asserts demand.
-    this.#request(this.#linkChanged);
+    // the old link. On the same link this re-asserts demand, and asks for a resend when nothing is
+    // buffered: a quiet controller (why the worker re-registered) may have sent jobs that never
+    // arrived, and resending costs nothing when there are none.
+    this.#request(this.#linkChanged || this.#buffer.size === 0);
     this.#linkChanged = false;
     this.#drain();
+  }
+
+  /** Drop the buffer and the job in flight of a sub-flow that ended. */
+  #forgetSubFlow(reason: Error): void {
+    this.#buffer.clear();
+    this.#inFlight?.abort.abort(reason);
+    this.#inFlight = undefined;
+    this.#retry?.cancel();
+    this.#retry = undefined;
+  }
+
+  #onRefused(frame: RefusedFrame): void {
+    if (frame.nonce !== this.#nonce) return;
+    this.#sawTraffic = true;
+    const error = new RegistrationRefusedError(this.name, frame.reason, frame.retry, frame.detail);
+    this.dispatchEvent(new RefusedEvent(error));
+    if (frame.retry) return; // the next tick registers again
+    // Registering again cannot succeed: stop for good.
+    this.#draining = true;
+    this.#closing = Promise.resolve();
+    this.#forgetSubFlow(error);
+    this.#finishClose(`refused: ${frame.reason}`);
+  }
+
+  #onUnbound(frame: UnboundFrame): void {
+    if (frame.session !== this.#session || frame.binding !== this.#binding) return;
+    this.#sawTraffic = true;
+    // The controller gave this sub-flow's jobs to other workers: stop, and bind afresh.
+    this.#live = false;
+    this.#binding = "";
+    this.#forgetSubFlow(new Error(`the binding ended (${frame.reason})`));
+    this.#register();
   }
 
   #onJobs(frame: JobsFrame): void {
@@ -399,6 +633,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       if (seq === this.#inFlight?.seq || this.#buffer.has(seq)) return;
       if (this.#buffer.size >= this.window) return; // full: keep the lower ones
       this.#buffer.set(seq, { messageId: job.id, payload: job.payload });
+      this.#sawJobs = true;
     });
     if (duplicate) this.#ack(); // heals a confirmation the controller did not see
     this.#drain();
@@ -415,9 +650,9 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     return !this.#buffer.has(next);
   }
 
-  /** Hand the next job to the handler if nothing is running. */
+  /** Hand the next job to the handler if nothing is running and the binding is live. */
   #drain(): void {
-    if (this.#running || this.#inFlight || this.closed) return;
+    if (this.#running || this.#inFlight || !this.#live || this.#draining) return;
     const next = this.#buffer.get(this.#expectedSeq);
     if (!next) return;
     this.#buffer.delete(this.#expectedSeq);
@@ -425,6 +660,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       seq: this.#expectedSeq,
       messageId: next.messageId,
       payload: next.payload,
+      abort: new AbortController(),
       attempt: 1,
     };
     this.#run(this.#inFlight);
@@ -442,29 +678,31 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       seq: job.seq,
       payload: job.payload as T,
       attempt: job.attempt,
-      signal: this.#abort.signal,
+      signal: job.abort.signal,
     };
     new Promise((resolve) => resolve(this.#handler(delivery))).then(
       () => {
-        this.#finish();
+        this.#running = false;
         this.#processed += 1;
         this.#completed.set(job.messageId, true);
         this.#guard(() => this.#handled(job));
+        this.#afterRun();
       },
       (error) => {
-        this.#finish();
+        this.#running = false;
         this.dispatchEvent(new HandlerErrorEvent(job.messageId, job.attempt, error));
         this.#guard(() => this.#failed(job));
+        this.#afterRun();
       },
     );
   }
 
-  #finish(): void {
-    this.#running = false;
-    if (this.closed) {
-      this.#idle?.();
-      this.#idle = undefined;
-    }
+  /** A handler settled: a drain waiting for it can finish now. */
+  #afterRun(): void {
+    const settled = this.#settled;
+    if (!settled) return;
+    this.#settled = undefined;
+    settled();
   }
 
   /** The handler resolved: confirm if the job still belongs to the current sub-flow. */
@@ -473,8 +711,11 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     this.#inFlight = undefined;
     this.#confirmedSeq = job.seq;
     this.#expectedSeq = job.seq + 1;
+    if (!this.#live) return; // confirmed on the next registration, if the binding survives
+    if (this.#draining) return this.#ack();
     if (this.#requestUpTo - this.#confirmedSeq <= Math.floor(this.window / 2)) this.#request(false);
-    else if (this.#buffer.size === 0) this.#ack();
+    else if (this.#buffer.size === 0) this.#ack(); // nothing more to do: confirm now
+    else this.#scheduleAck(); // busy: share one ack with the jobs finishing within the delay
     this.#drain();
     if (this.#gapOpen()) this.#request(true);
   }
@@ -482,9 +723,14 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   /** The handler rejected: run the same job again after the resend interval. */
   #failed(job: InFlight): void {
     if (this.#inFlight !== job) return this.#drain();
+    if (this.#draining) {
+      this.#inFlight = undefined; // not confirmed: the controller requeues it
+      return;
+    }
     this.#retry = this.#clock.setTimeout(() => {
       this.#retry = undefined;
       if (this.#inFlight !== job || this.closed) return this.#guard(() => this.#drain());
+      if (!this.#live) return this.#failed(job); // wait for the binding to come back
       job.attempt += 1;
       this.#guard(() => this.#run(job));
     }, this.#resendInterval);
@@ -497,4 +743,6 @@ export interface WorkerEndpointEventMap {
   "handler-error": HandlerErrorEvent;
   /** A fresh binding was adopted. */
   "bound": BoundEvent;
+  /** A registration was refused. */
+  "refused": RefusedEvent;
 }

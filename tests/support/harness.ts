@@ -71,6 +71,7 @@ export class ScriptedWorker {
     nonce: string = crypto.randomUUID(),
     producer = "jobs",
     incarnation = this.incarnation,
+    features?: string[],
   ): void {
     this.nonce = nonce;
     this.send({
@@ -80,7 +81,13 @@ export class ScriptedWorker {
       incarnation,
       nonce,
       resendInterval: 2000,
+      ...(features ? { features } : {}),
     });
+  }
+
+  /** Hand back everything after `upTo` (feature `release`). */
+  release(confirmed: number, upTo: number): void {
+    this.send({ type: "release", session: this.session, nonce: this.nonce, confirmed, upTo });
   }
 
   request(confirmed: number, upTo: number, resend = false): void {
@@ -204,8 +211,15 @@ export class ScriptedController {
     return this.sent.filter((f): f is Extract<WorkerFrame, { type: K }> => f.type === type);
   }
 
-  registered(session = "s1", binding = "b1", nextSeq = 1): void {
-    this.send({ type: "registered", session, binding, nextSeq, nonce: this.registration.nonce });
+  registered(session = "s1", binding = "b1", nextSeq = 1, features?: string[]): void {
+    this.send({
+      type: "registered",
+      session,
+      binding,
+      nextSeq,
+      nonce: this.registration.nonce,
+      ...(features ? { features } : {}),
+    });
   }
 
   jobs(seq: number, ids: string[], session = "s1"): void {

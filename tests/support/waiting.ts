@@ -5,12 +5,12 @@
 
 /** Poll `condition` (every 5 ms) until it holds; fail after `timeout` ms naming `what`. */
 export async function waitFor(
-  condition: () => boolean,
+  condition: () => boolean | Promise<boolean>,
   what: string | (() => string),
   timeout = 10_000,
 ): Promise<void> {
   const deadline = performance.now() + timeout;
-  while (!condition()) {
+  while (!(await condition())) {
     if (performance.now() > deadline) {
       const described = typeof what === "function" ? what() : what;
       throw new Error(`timed out after ${timeout} ms waiting for ${described}`);

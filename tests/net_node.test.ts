@@ -8,6 +8,7 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import net from "node:net";
 import process from "node:process";
 import { setFlagsFromString } from "node:v8";
@@ -19,6 +20,7 @@ import { BufferedProducer, WorkPullingController } from "../mod.ts";
 import { type LinkIdentity, mountWorkpull } from "../server.ts";
 import { nodeWebSocket } from "../node.ts";
 import {
+  NODE_TS_FLAGS,
   RawWebSocket,
   runtime,
   SECRET,
@@ -240,6 +242,61 @@ test("closing the server ends every WebSocket and stops listening", NODE_ONLY, a
     await flow.close();
   }
 });
+
+test(
+  "a Node server told SIGTERM drains: the running job is confirmed, then it exits",
+  NODE_ONLY,
+  async () => {
+    const fixture = new URL("./fixtures/node_server_process.ts", import.meta.url).pathname;
+    const server = spawn(process.execPath, [...NODE_TS_FLAGS, fixture], {
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    const exited = new Promise<number | null>((resolve) =>
+      server.on("exit", (code) => resolve(code))
+    );
+    const reports: Record<string, string>[] = [];
+    let stderr = "";
+    server.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+    let pending = "";
+    server.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+      pending += chunk;
+      const lines = pending.split("\n");
+      pending = lines.pop()!;
+      for (const line of lines) if (line.trim()) reports.push(JSON.parse(line));
+    });
+    const report = (key: string) => reports.find((r) => key in r);
+    let release!: () => void;
+    const started: string[] = [];
+    let worker: ReturnType<typeof connectWorker> | undefined;
+    try {
+      await waitFor(() => report("url") !== undefined, () => `the server to listen\n${stderr}`);
+      worker = connectWorker({
+        url: report("url")!.url,
+        token: report("url")!.token,
+        producer: "jobs",
+        name: "w",
+        window: 1,
+        drainOnSignals: false,
+        handler: ({ messageId }) => {
+          started.push(messageId);
+          return new Promise<void>((resolve) => (release = resolve));
+        },
+      });
+      await waitFor(() => started.length === 1, "the worker to start a job");
+      server.kill("SIGTERM");
+      await waitFor(() => report("signal") !== undefined, "the server to get the signal");
+      release(); // the job finishes during the drain
+      const code = await within(exited, "the server to drain and exit", 20_000);
+      assert.equal(code, 143, `exit code ${code}: drained, then 128 + SIGTERM\n${stderr}`);
+      const confirmed = reports.flatMap((r) => r.confirmed ? [r.confirmed] : []);
+      assert.deepEqual(confirmed, started, "the running job was confirmed, nothing else was sent");
+    } finally {
+      if (server.exitCode === null && server.signalCode === null) server.kill("SIGKILL");
+      await within(exited, "the server process to be reaped");
+      await worker?.close();
+    }
+  },
+);
 
 test("a port already taken rejects with the address named", NODE_ONLY, async () => {
   const flow = await startFlow();

@@ -37,6 +37,7 @@ import { SUBPROTOCOL } from "../protocol/schemas.ts";
 import { buildWorkpullHono, DEFAULT_MAX_FRAME_BYTES, type WebSocketUpgrader } from "./app.ts";
 import { guard } from "./safety.ts";
 import {
+  closeOnShutdown,
   idleSeconds,
   listenOptions,
   type ServeOptions,
@@ -286,14 +287,13 @@ export async function serveNode(options: ServeOptions): Promise<WorkpullServer> 
   const address = server.address();
   const port = typeof address === "object" && address ? address.port : listen.port;
   const { url, workersUrl } = serverUrls(listen.hostname, port, listen.basePath);
-  let closing: Promise<void> | undefined;
-  const close = () =>
-    closing ??= new Promise<void>((resolve) => {
+  const close = closeOnShutdown(listen, options, () =>
+    new Promise<void>((resolve) => {
       sockets.close();
       server.close(() => resolve());
       // Idle keep-alive connections would hold close() open until they time out.
       (server as { closeAllConnections?: () => void }).closeAllConnections?.();
-    });
+    }));
   return { app, url, workersUrl, port, close, [Symbol.asyncDispose]: close };
 }
 

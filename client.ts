@@ -28,6 +28,7 @@ export {
   type ConnectWorkerOptions,
   DisconnectedEvent,
   type WebSocketConstructor,
+  type WebSocketLike,
   WorkerConnection,
   type WorkerConnectionEventMap,
 } from "./src/net/client.ts";

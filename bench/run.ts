@@ -5,7 +5,7 @@
  * size, each side by side with its baseline, measured in alternating rounds and reported as
  * medians with every round.
  *
- *   deno task bench           # everything, Deno and Bun; writes bench/results.json and .md
+ *   deno task bench           # everything, Deno, Bun and Node; writes bench/results.json and .md
  *   deno task bench:quick     # fewer jobs and rounds; prints only
  *   deno task bench:bun       # the scenarios that apply to Bun, on Bun; prints only
  *
@@ -13,6 +13,9 @@
  * recorded before and after every scenario; a run on a busy machine (`lib/machine_load.ts`)
  * says so in its results and does not rewrite the README section. Every child process is
  * killed and reaped and every temporary directory removed, also on failure or Ctrl-C.
+ *
+ * Node (the pinned Node 22, running the TypeScript sources) runs the throughput scenario only:
+ * `serveNode` with Node worker processes beside the raw baseline on Node (a `ws` server).
  *
  * @module
  */
@@ -33,7 +36,14 @@ import {
   targets,
   textSummary,
 } from "./lib/report.ts";
-import { binary, repoPath, runtime, runtimeVersion } from "./lib/runtime.ts";
+import {
+  binary,
+  repoPath,
+  runtime,
+  runtimeLabel,
+  runtimeVersion,
+  scriptCommand,
+} from "./lib/runtime.ts";
 import { median, round } from "./lib/stats.ts";
 import { makeTempDir, removeTempDir, removeTempDirs } from "./lib/tmp.ts";
 
@@ -49,7 +59,9 @@ const SCENARIOS = [
 ];
 /** Scenarios that run once per runtime (the others are runtime-independent: run once). */
 const PER_RUNTIME = new Set(["throughput", "durable", "latency", "failover", "memory"]);
-const RUNTIMES = ["deno", "bun"];
+const RUNTIMES = ["deno", "bun", "node"];
+/** The per-runtime scenarios that also run on Node. */
+const ON_NODE = new Set(["throughput"]);
 
 /** The command line (`--help` prints it). */
 const COMMAND: CommandSpec = {
@@ -68,7 +80,8 @@ const COMMAND: CommandSpec = {
     runtimes: {
       kind: "value",
       value: "a,b",
-      help: "runtimes of the per-runtime scenarios: deno, bun (default both on Deno, bun on Bun)",
+      help:
+        "runtimes of the per-runtime scenarios: deno, bun, node (default all on Deno, the running one otherwise)",
     },
     jobs: {
       kind: "value",
@@ -119,7 +132,8 @@ const flag = (name: string) => values[name] as string | undefined;
 const quick = values.quick === true;
 const child = values.child === true;
 const selected = (flag("scenarios")?.split(",") ?? SCENARIOS).filter(Boolean);
-const runtimes = (flag("runtimes")?.split(",") ?? (runtime === "deno" ? ["deno", "bun"] : ["bun"]))
+const runtimes = (flag("runtimes")?.split(",") ??
+  (runtime === "deno" ? ["deno", "bun", "node"] : [runtime]))
   .filter(Boolean);
 const badScenario = selected.find((name) => !SCENARIOS.includes(name));
 const badRuntime = runtimes.find((name) => !RUNTIMES.includes(name));
@@ -172,7 +186,13 @@ process.on("SIGTERM", onSignal);
 async function runHere(): Promise<RuntimeResults> {
   const loads: LoadRecord[] = [];
   const results: RuntimeResults = { skipped: {}, loads };
-  const want = (name: string) => selected.includes(name) && PER_RUNTIME.has(name);
+  const want = (name: string) =>
+    selected.includes(name) && PER_RUNTIME.has(name) && (runtime !== "node" || ON_NODE.has(name));
+  if (runtime === "node") {
+    for (const name of selected.filter((name) => PER_RUNTIME.has(name) && !ON_NODE.has(name))) {
+      results.skipped[name] = "the Node runs cover throughput only";
+    }
+  }
   /** Run one scenario, recording the load average before and after it. */
   const measured = <T>(name: string, body: () => Promise<T>) =>
     measureLoad(loads, name, runtime, body);
@@ -268,22 +288,23 @@ async function memory(): Promise<MemoryResult> {
   };
 }
 
-/** The Bun scenarios, in a Bun child process running this script. */
-async function runOnBun(): Promise<RuntimeResults> {
-  const dir = makeTempDir("bun");
+/** Another runtime's scenarios, in a child process of that runtime running this script. */
+async function runOn(target: "bun" | "node"): Promise<RuntimeResults> {
+  const dir = makeTempDir(target);
   try {
-    const file = join(dir, "bun.json");
+    const file = join(dir, `${target}.json`);
     const passed = argv.filter((arg) =>
       !arg.startsWith("--runtimes=") && !arg.startsWith("--json=") && arg !== "--write"
     );
-    const code = await runInherit(binary("bun"), [
-      repoPath("bench/run.ts"),
+    const { command, args } = scriptCommand(target, repoPath("bench/run.ts"));
+    const code = await runInherit(command, [
+      ...args,
       ...passed,
       "--child",
-      "--runtimes=bun",
+      `--runtimes=${target}`,
       `--json=${file}`,
     ], { timeout: 30 * 60_000 });
-    if (code !== 0) throw new Error(`the Bun run failed (exit ${code})`);
+    if (code !== 0) throw new Error(`the ${runtimeLabel(target)} run failed (exit ${code})`);
     return JSON.parse(readFileSync(file, "utf8"));
   } finally {
     removeTempDir(dir);
@@ -361,10 +382,19 @@ async function main(): Promise<void> {
   if (others.includes("bun") && selected.some((name) => PER_RUNTIME.has(name))) {
     if (existsSync(binary("bun"))) {
       log("\n[bun] the same scenarios on Bun (server and workers on Bun)");
-      results.runtimes.bun = await runOnBun();
+      results.runtimes.bun = await runOn("bun");
     } else {
       log("\n[bun] skipped: no Bun binary (run `npm ci`)");
       results.runtimes.bun = { skipped: { all: "no Bun binary in node_modules/.bin" } };
+    }
+  }
+  if (others.includes("node") && selected.some((name) => ON_NODE.has(name))) {
+    if (existsSync(repoPath("node_modules", ".bin", "node"))) {
+      log("\n[node] throughput on Node (server and workers on Node 22)");
+      results.runtimes.node = await runOn("node");
+    } else {
+      log("\n[node] skipped: no pinned Node binary (run `npm ci`)");
+      results.runtimes.node = { skipped: { all: "no Node binary in node_modules/.bin" } };
     }
   }
   results.machine = {

@@ -1,10 +1,11 @@
 #!/usr/bin/env node
-// The whole test suite: Deno (the first runtime), Bun (the second), Node (the tests that need no
-// Deno or Bun API), each writing a JUnit file, then one summary line "N passed, M failed".
+// The whole test suite: Deno (the first runtime), Bun (the second), Node (the network tests with
+// a Node controller and Node workers, the npm package, the Deno KV adapter on npm @deno/kv),
+// each writing a JUnit file, then one summary line "N passed, M failed".
 // Usage: node scripts/test.mjs [--deno-only|--bun-only|--node-only]
 //
-// Node runs this script because a fresh machine has Node; Deno and Bun come pinned from npm
-// (node_modules/.bin) after `npm ci`.
+// Node runs this script because a fresh machine has Node; Deno, Bun and Node 22 come pinned from
+// npm (node_modules/.bin) after `npm ci`.
 
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
@@ -18,6 +19,22 @@ rmSync(out, { recursive: true, force: true });
 mkdirSync(out, { recursive: true });
 
 const only = process.argv[2];
+
+/** The test files the Node suite runs (the others use Deno or Bun APIs, or test pure logic). */
+const NODE_TESTS = [
+  "net_workers.test.ts", // worker processes: SIGKILL, SIGSTOP (silence), reconnects, backpressure
+  "net_security.test.ts", // authentication over real sockets
+  "net_fuzz.test.ts",
+  "net_auth.test.ts",
+  "net_client.test.ts",
+  "net_browser.test.ts", // a browser tab against a Node controller (CI installs Chromium)
+  "net_node.test.ts", // what the Node adapter adds to ws
+  "npm_package.test.ts",
+  "deno_kv_queue.test.ts", // the Deno KV adapter on npm @deno/kv
+  "durable_file_producer.test.ts",
+];
+/** How Node 22 runs TypeScript (tests/fixtures/net_support.ts spawns workers the same way). */
+const NODE_TS_FLAGS = ["--experimental-transform-types", "--no-warnings"];
 const RUNNER_TIMEOUT_MS = 8 * 60_000;
 const suites = [
   {
@@ -40,23 +57,19 @@ const suites = [
   },
   {
     name: "node",
-    // Node 20 cannot run TypeScript: Bun bundles the tests that run on Node (the Deno KV adapter
-    // on npm @deno/kv, the file-backed producer example) into JavaScript first.
-    prepare: [bin("bun"), [
-      "build",
-      "tests/deno_kv_queue.test.ts",
-      "tests/durable_file_producer.test.ts",
-      "--target=node",
-      `--outdir=${join(out, "node")}`,
-      "--external=@deno/kv",
-    ]],
-    command: process.execPath,
+    // Node 22 (pinned from npm: the machine's Node may be older) runs the TypeScript sources with
+    // its type stripping: the tests that exercise Node itself, with a Node controller and Node
+    // worker processes, and the npm package built, packed, installed and run.
+    command: bin("node"),
     args: [
+      ...NODE_TS_FLAGS,
       "--test",
       "--test-reporter=junit",
       `--test-reporter-destination=${join(out, "node.xml")}`,
-      join(out, "node"),
+      ...NODE_TESTS.map((file) => join("tests", file)),
     ],
+    // The package test runs one worker on the Node that runs this script (Node 20 here).
+    env: { WORKPULL_HOST_NODE: process.execPath },
     file: join(out, "node.xml"),
   },
 ].filter((suite) => !only || only === `--${suite.name}-only`);
@@ -76,17 +89,23 @@ function count(xml) {
 let passed = 0, failed = 0, skipped = 0;
 
 // Static checks count as one test each: formatting, lint, types (also against a lib without the
-// Deno namespace for the core), public API docs, and the JSDoc examples run as tests.
+// Deno namespace for the core), public API docs, the JSDoc examples run as tests, the package
+// manifests agreeing (one version, one list of entry points), and JSR accepting the package
+// (`deno publish --dry-run`, which needs no network).
+const deno = (args) => [bin("deno"), args];
+const script = (file, args = []) => [process.execPath, [join("scripts", file), ...args]];
 const checks = only ? [] : [
-  ["deno fmt --check", ["fmt", "--check"]],
-  ["deno lint", ["lint"]],
-  ["deno task check", ["task", "check"]],
-  ["deno doc --lint", ["task", "doc-lint"]],
-  ["deno test --doc", ["task", "doc-test"]],
+  ["deno fmt --check", deno(["fmt", "--check"])],
+  ["deno lint", deno(["lint"])],
+  ["deno task check", deno(["task", "check"])],
+  ["deno doc --lint", deno(["task", "doc-lint"])],
+  ["deno test --doc", deno(["task", "doc-test"])],
+  ["package manifests", script("manifest.mjs")],
+  ["deno publish --dry-run", script("publish_jsr.mjs", ["--dry-run", "--allow-dirty"])],
 ];
 if (checks.length > 0) console.log("=== static checks ===");
-for (const [name, args] of checks) {
-  const result = spawnSync(bin("deno"), args, { cwd: root, encoding: "utf8", env: process.env });
+for (const [name, [command, args]] of checks) {
+  const result = spawnSync(command, args, { cwd: root, encoding: "utf8", env: process.env });
   if (result.status === 0) {
     passed++;
     console.log(`ok   ${name}`);
@@ -101,18 +120,11 @@ for (const [name, args] of checks) {
 for (const suite of suites) {
   console.log(`\n=== ${suite.name} tests ===`);
   const started = Date.now();
-  if (suite.prepare) {
-    spawnSync(suite.prepare[0], suite.prepare[1], {
-      cwd: root,
-      stdio: "inherit",
-      env: process.env,
-    });
-  }
   // Deno ignores node:test's per-test timeout, so a hung test would hang CI: bound each runner.
   const result = spawnSync(suite.command, suite.args, {
     cwd: root,
     stdio: "inherit",
-    env: process.env,
+    env: { ...process.env, ...suite.env },
     timeout: RUNNER_TIMEOUT_MS,
     killSignal: "SIGKILL",
   });

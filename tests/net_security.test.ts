@@ -36,7 +36,10 @@ function attempt(url: string, protocols: string[]): Promise<{ opened: boolean; c
       let opened = false;
       const socket = new WebSocket(url, protocols);
       socket.onopen = () => (opened = true);
-      socket.onerror = () => {};
+      // Node 22's WebSocket reports a refused handshake with an error and never a close event.
+      socket.onerror = () => {
+        if (!opened) resolve({ opened, code: 1006 });
+      };
       socket.onclose = (event) => resolve({ opened, code: event.code });
     }),
     "the WebSocket attempt to end",

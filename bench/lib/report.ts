@@ -15,6 +15,7 @@ import type { PeerResult } from "../scenarios/peer.ts";
 import type { ThroughputResult } from "../scenarios/throughput.ts";
 import type { BusyVerdict, LoadRecord } from "./machine_load.ts";
 import { natsComparisons, performanceTargets } from "./performance_targets.ts";
+import { runtimeLabel } from "./runtime.ts";
 
 /** Memory scenario figures (bytes). */
 export interface MemoryResult {
@@ -50,7 +51,7 @@ export interface Results {
   machine: Record<string, unknown>;
   readonly versions: Record<string, string>;
   readonly config: Record<string, unknown>;
-  readonly runtimes: { deno?: RuntimeResults; bun?: RuntimeResults };
+  readonly runtimes: { deno?: RuntimeResults; bun?: RuntimeResults; node?: RuntimeResults };
   peer?: PeerResult;
   nats?: NatsPeerResult;
   clientSize?: ClientSizeResult;
@@ -161,7 +162,7 @@ function headline(results: Results): string[][] {
   const rows: string[][] = [];
   const peer = results.peer && "best" in results.peer ? results.peer : undefined;
   for (const [name, r] of Object.entries(results.runtimes) as [string, RuntimeResults][]) {
-    const label = name === "deno" ? "Deno" : "Bun";
+    const label = runtimeLabel(name);
     for (const pair of r.throughput?.pairs ?? []) {
       rows.push([
         `Throughput, in memory, WebSocket, ${label}, ${pair.topology} (processes × endpoints)`,
@@ -414,7 +415,7 @@ export function markdownSummary(results: Results, reproduce: string): string {
 function details(results: Results): string[] {
   const out: string[] = [];
   for (const [name, r] of Object.entries(results.runtimes) as [string, RuntimeResults][]) {
-    const label = name === "deno" ? "Deno" : "Bun";
+    const label = runtimeLabel(name);
     if (r.throughput) {
       const t = r.throughput;
       out.push(
@@ -677,7 +678,7 @@ export function readmeSection(results: Results): string {
   const runtimes = Object.entries(results.runtimes) as [string, RuntimeResults][];
   const peer = results.peer && "best" in results.peer ? results.peer : undefined;
   for (const [name, r] of runtimes) {
-    const label = name === "deno" ? "Deno" : "Bun";
+    const label = runtimeLabel(name);
     for (const pair of r.throughput?.pairs ?? []) {
       const [processes, endpoints] = pair.topology.split("×");
       rows.push([
@@ -733,7 +734,7 @@ export function readmeSection(results: Results): string {
     rows.push([c.measure, c.workpull ? `${n0(c.workpull)} jobs/s` : "", c.peer, c.ratio]);
   }
   for (const [name, r] of runtimes) {
-    const label = name === "deno" ? "Deno" : "Bun";
+    const label = runtimeLabel(name);
     if (r.latency) {
       rows.push([
         `Latency submit → handler start at ${n0(r.latency.rate)} jobs/s (half the max), ${label}`,
@@ -746,7 +747,7 @@ export function readmeSection(results: Results): string {
     }
   }
   for (const [name, r] of runtimes) {
-    const label = name === "deno" ? "Deno" : "Bun";
+    const label = runtimeLabel(name);
     if (r.failover) {
       const k = r.failover.kill.median;
       rows.push([

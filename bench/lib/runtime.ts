@@ -10,10 +10,17 @@ import { join } from "node:path";
 import process from "node:process";
 
 /** The JavaScript runtime running this process. */
-export type Runtime = "deno" | "bun";
+export type Runtime = "deno" | "bun" | "node";
 
 /** This process's runtime. */
-export const runtime: Runtime = "Deno" in globalThis ? "deno" : "bun";
+export const runtime: Runtime = "Deno" in globalThis
+  ? "deno"
+  : "Bun" in globalThis
+  ? "bun"
+  : "node";
+
+/** How the pinned Node (22) runs TypeScript: type stripping plus transforms. */
+export const NODE_TS_FLAGS: readonly string[] = ["--experimental-transform-types", "--no-warnings"];
 
 /** The repository root, with a trailing slash. */
 export const root: string = new URL("../../", import.meta.url).pathname;
@@ -23,7 +30,7 @@ export function repoPath(...parts: string[]): string {
   return join(root, ...parts);
 }
 
-/** The pinned Deno and Bun binaries (node_modules/.bin), falling back to the running one. */
+/** The pinned Deno, Bun and Node binaries (node_modules/.bin), falling back to the running one. */
 export function binary(name: Runtime): string {
   const pinned = repoPath("node_modules", ".bin", name);
   if (existsSync(pinned)) return pinned;
@@ -37,6 +44,9 @@ export function scriptCommand(
   script: string,
   flags: readonly string[] = [],
 ): { command: string; args: string[] } {
+  if (target === "node") {
+    return { command: binary("node"), args: [...NODE_TS_FLAGS, ...flags, script] };
+  }
   return target === "deno"
     ? { command: binary("deno"), args: ["run", "-A", "--quiet", ...flags, script] }
     : { command: binary("bun"), args: [...flags, script] };
@@ -53,9 +63,15 @@ export function now(): number {
   return performance.timeOrigin + performance.now();
 }
 
+/** "Deno", "Bun" or "Node", for reports. */
+export function runtimeLabel(name: string): string {
+  return name === "deno" ? "Deno" : name === "bun" ? "Bun" : "Node";
+}
+
 /** The runtime's version string, for example "Deno 2.9.6". */
 export function runtimeVersion(): string {
   const versions = process.versions as Record<string, string | undefined>;
+  if (runtime === "node") return `Node ${versions.node}`;
   return runtime === "deno"
     ? `Deno ${(globalThis as unknown as { Deno: { version: { deno: string } } }).Deno.version.deno}`
     : `Bun ${versions.bun}`;

@@ -1,6 +1,7 @@
 /**
  * The server side of the network benchmarks, on the runtime running the benchmark: the
- * workpull server (`serveDeno` / `serveBun`) and the raw WebSocket baseline server.
+ * workpull server (`serveDeno` / `serveBun` / `serveNode`) and the raw WebSocket baseline
+ * server (on Node: `ws`).
  *
  * @module
  */
@@ -23,6 +24,10 @@ export async function serveWorkpull(
   controller: WorkPullingController,
   producer: BufferedProducer<unknown>,
 ): Promise<WorkpullServer> {
+  if (runtime === "node") {
+    const { serveNode } = await import("../../node.ts");
+    return await serveNode({ controller, producer, auth: { secret: SECRET } });
+  }
   const serve = runtime === "deno"
     ? (await import("../../deno.ts")).serveDeno
     : (await import("../../bun.ts")).serveBun;
@@ -48,7 +53,7 @@ export interface RawServer {
 type Send = (text: string) => void;
 
 /** Start the raw baseline server with the given per-socket window. */
-export function rawServer(window: number): RawServer {
+export async function rawServer(window: number): Promise<RawServer> {
   const sockets: Send[] = [];
   let total = 0;
   let sent = 0;
@@ -75,6 +80,29 @@ export function rawServer(window: number): RawServer {
       }
     });
 
+  if (runtime === "node") {
+    // Node: a `ws` server, the library serveNode's WebSockets are built on.
+    const { WebSocketServer } = await import("ws");
+    const server = new WebSocketServer({ port: 0, host: "127.0.0.1", perMessageDeflate: false });
+    server.on("connection", (socket) => {
+      const send: Send = (text) => socket.send(text);
+      sockets.push(send);
+      socket.on("message", (data) => onConfirmation(send, data.toString()));
+    });
+    await new Promise((resolve) => server.once("listening", resolve));
+    return {
+      port: (server.address() as { port: number }).port,
+      get sockets() {
+        return sockets.length;
+      },
+      run,
+      close: () =>
+        new Promise<void>((resolve) => {
+          for (const client of server.clients) client.terminate();
+          server.close(() => resolve());
+        }),
+    };
+  }
   if (runtime === "deno") {
     const server = Deno.serve({ port: 0, hostname: "127.0.0.1", onListen() {} }, (request) => {
       const { socket, response } = Deno.upgradeWebSocket(request);

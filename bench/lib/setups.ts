@@ -170,7 +170,7 @@ export class RawSetup implements Setup {
   }
 
   static async start(topology: Topology, window: number): Promise<RawSetup> {
-    const server = rawServer(window);
+    const server = await rawServer(window);
     const clients: Child[] = [];
     try {
       for (let i = 0; i < topology.processes; i++) {

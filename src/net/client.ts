@@ -36,8 +36,32 @@ import { drainOnShutdown } from "./shutdown.ts";
 import { type Backoff, backoffDelay, type BackoffOptions, resolveBackoff } from "./backoff.ts";
 import { closeReason, guard as guardAs } from "./safety.ts";
 
-/** A `WebSocket` constructor (the global one by default). */
-export type WebSocketConstructor = new (url: string, protocols?: string | string[]) => WebSocket;
+/**
+ * A `WebSocket` constructor: the global one by default, or `WebSocket` from the `ws` package on
+ * Node before 22. Typed by what the client uses ({@linkcode WebSocketLike}), so `ws` fits as it is.
+ */
+export type WebSocketConstructor = new (
+  url: string,
+  protocols?: string | string[],
+) => WebSocketLike;
+
+/** What the client uses of a socket: a WHATWG `WebSocket` and a `ws` socket both have it. */
+export interface WebSocketLike {
+  /** 0 connecting, 1 open, 2 closing, 3 closed. */
+  readonly readyState: number;
+  /** Send a text frame. */
+  send(data: string): void;
+  /** Start the closing handshake. */
+  close(code?: number, reason?: string): void;
+  /** Set by the client: the socket opened. */
+  onopen: ((event: never) => void) | null;
+  /** Set by the client: a message arrived (`event.data`, a string for text frames). */
+  onmessage: ((event: never) => void) | null;
+  /** Set by the client: the socket closed (`event.code`, `event.reason`). */
+  onclose: ((event: never) => void) | null;
+  /** Set by the client: the socket failed (a close event follows). */
+  onerror: ((event: never) => void) | null;
+}
 
 /** Options of {@linkcode connectWorker}. */
 export interface ConnectWorkerOptions<T> {
@@ -331,7 +355,7 @@ class EndpointSocket {
     }
     let socket: WebSocket;
     try {
-      socket = new this.#settings.WebSocket(url, protocols);
+      socket = new this.#settings.WebSocket(url, protocols) as WebSocket;
     } catch (error) {
       return this.#scheduleRetry(1006, String(error));
     }

@@ -49,7 +49,8 @@ const OPEN = 1;
 
 /**
  * The runtime socket behind a Hono `WSContext`: Bun's `ServerWebSocket` (whose `send` reports
- * backpressure and drops), a WHATWG `WebSocket` (Deno), or the context itself as a fallback.
+ * backpressure and drops), a WHATWG `WebSocket` (Deno) or a `ws` socket (Node), or the context
+ * itself as a fallback.
  */
 export function serverSocketOf(ws: WSContext): ServerSocket {
   const raw = ws.raw as RawSocket | undefined;
@@ -66,11 +67,16 @@ export function serverSocketOf(ws: WSContext): ServerSocket {
     };
   }
   if (raw && typeof raw.send === "function" && typeof raw.bufferedAmount === "number") {
-    // Deno (a WHATWG WebSocket): buffers without bound, so bufferedAmount is the signal.
+    // Deno (a WHATWG WebSocket) and Node's `ws`: both buffer without bound, so bufferedAmount is
+    // the signal. `ws` can also drop the connection at once (its close frame would wait behind
+    // the buffer a peer that stopped reading never drains).
     return {
       send: (frame) => raw.readyState !== OPEN ? "closed" : (raw.send(frame), "sent"),
       bufferedAmount: () => raw.bufferedAmount ?? 0,
-      close: (code, reason) => raw.close(code, reason),
+      close(code, reason, abort) {
+        raw.close(code, reason);
+        if (abort) raw.terminate?.();
+      },
     };
   }
   return {

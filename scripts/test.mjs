@@ -31,6 +31,7 @@ const NODE_TESTS = [
   "net_node.test.ts", // what the Node adapter adds to ws
   "npm_package.test.ts",
   "deno_kv_queue.test.ts", // the Deno KV adapter on npm @deno/kv
+  "deno_kv_job_store.test.ts", // the Deno KV job store on npm @deno/kv
   "durable_file_producer.test.ts",
 ];
 /** How Node 22 runs TypeScript (tests/fixtures/net_support.ts spawns workers the same way). */

@@ -1,0 +1,147 @@
+/**
+ * A soak worker process, on Deno or on Bun: `connectWorker` from `client.ts` with one or more
+ * endpoints, connected through the orchestrator's TCP proxy, whose handler records every run.
+ *
+ * The handler takes 1..20 ms (seeded per MessageID) and appends a `start` line when it begins and
+ * an `end` line when it finishes to this process's journal, synchronously, so a SIGKILL loses
+ * nothing that was written. It also records each endpoint's connections, disconnections and
+ * bindings: the verifier uses them to tell a job that ran before its worker could know of a
+ * fault from one that ran after its binding ended.
+ *
+ * Which endpoint runs a job: `connectWorker` gives every endpoint the same handler, and a
+ * `Delivery` does not name its endpoint. Each endpoint has its own socket, so a thin `WebSocket`
+ * subclass reads the traffic (it changes nothing): the `register` frame names the socket's
+ * endpoint and each `jobs` frame says which MessageID arrived at which sequence. The handler looks
+ * its delivery up by MessageID and sequence, and remembers the answer for the delivery's
+ * `signal`, which is the endpoint's own.
+ *
+ * @module
+ */
+
+import { join } from "node:path";
+import process from "node:process";
+import { connectWorker, type Delivery } from "../../client.ts";
+import { Journal, wallClock } from "./journal.ts";
+import { announce, type ChildBase, childConfig } from "./lifeline.ts";
+import { handlerDelay } from "./random.ts";
+import type { Runtime } from "./records.ts";
+
+/** The configuration of a worker process. */
+export interface WorkerConfig extends ChildBase {
+  /** The proxy's workers URL for this worker. */
+  readonly url: string;
+  readonly token: string;
+  readonly producer: string;
+  readonly name: string;
+  readonly concurrency: number;
+  readonly seed: number;
+  /** The directory of worker journals. */
+  readonly dir: string;
+}
+
+const config = childConfig<WorkerConfig>();
+const runtime: Runtime = "Deno" in globalThis ? "deno" : "bun";
+const pid = process.pid;
+const journal = new Journal(join(config.dir, `${config.name}.${pid}.jsonl`));
+
+/** Which endpoint received MessageID `id` at sequence `seq` (`${id} ${seq}`), from the wire. */
+const arrivals = new Map<string, string>();
+const ARRIVALS_KEPT = 100_000;
+/** The endpoint behind each delivery signal. */
+const endpointOfSignal = new WeakMap<AbortSignal, string>();
+
+/** A `WebSocket` that reads which endpoint it carries and which jobs arrive on it. */
+class TappedWebSocket extends WebSocket {
+  #endpoint: string | undefined;
+
+  constructor(url: string | URL, protocols?: string | string[]) {
+    super(url, protocols);
+    // Registered before the client's `onmessage`, so it runs first.
+    this.addEventListener("message", (event) => {
+      const data = (event as MessageEvent).data;
+      if (this.#endpoint === undefined || typeof data !== "string") return;
+      if (!data.startsWith('{"type":"jobs"')) return;
+      const frame = JSON.parse(data) as { seq: number; jobs: { id: string }[] };
+      frame.jobs.forEach((job, i) => arrivals.set(`${job.id} ${frame.seq + i}`, this.#endpoint!));
+      if (arrivals.size > ARRIVALS_KEPT) {
+        let excess = arrivals.size - ARRIVALS_KEPT / 2;
+        for (const key of arrivals.keys()) {
+          if (excess-- <= 0) break;
+          arrivals.delete(key);
+        }
+      }
+    });
+  }
+
+  override send(data: string | ArrayBufferLike | Blob | ArrayBufferView): void {
+    if (typeof data === "string" && data.startsWith('{"type":"register"')) {
+      this.#endpoint = (JSON.parse(data) as { worker: string }).worker;
+    }
+    super.send(data);
+  }
+}
+
+function endpointOf(delivery: Delivery<unknown>): string {
+  if (config.concurrency === 1) return config.name;
+  const key = `${delivery.messageId} ${delivery.seq}`;
+  const arrived = arrivals.get(key);
+  arrivals.delete(key);
+  const known = endpointOfSignal.get(delivery.signal);
+  if (known !== undefined) return known;
+  if (arrived === undefined) return `${config.name}#?`;
+  endpointOfSignal.set(delivery.signal, arrived);
+  return arrived;
+}
+
+/** The binding each endpoint holds, from its `bound` events. */
+const bindings = new Map<string, string>();
+
+const connection = connectWorker({
+  url: config.url,
+  token: config.token,
+  producer: config.producer,
+  name: config.name,
+  concurrency: config.concurrency,
+  WebSocket: config.concurrency > 1 ? TappedWebSocket : undefined,
+  handler: async (delivery) => {
+    const id = delivery.messageId;
+    const ep = endpointOf(delivery);
+    journal.write({ ev: "start", id, ep, pid, b: bindings.get(ep) ?? "", t: wallClock() });
+    await new Promise((resolve) => setTimeout(resolve, handlerDelay(config.seed, id)));
+    journal.write({ ev: "end", id, ep, pid, t: wallClock() });
+  },
+});
+
+connection.addEventListener("connected", (event) => {
+  journal.write({ ev: "connected", ep: event.endpoint, pid, t: wallClock() });
+});
+connection.addEventListener("disconnected", (event) => {
+  journal.write({ ev: "disconnected", ep: event.endpoint, pid, code: event.code, t: wallClock() });
+});
+for (const endpoint of connection.endpoints) {
+  endpoint.addEventListener("bound", (event) => {
+    bindings.set(endpoint.name, event.binding);
+    journal.write({
+      ev: "bound",
+      ep: endpoint.name,
+      pid,
+      session: event.session,
+      binding: event.binding,
+      t: wallClock(),
+    });
+  });
+}
+
+journal.write({
+  ev: "ready",
+  worker: config.name,
+  pid,
+  runtime,
+  concurrency: config.concurrency,
+  t: wallClock(),
+});
+announce({ ready: true, pid });
+
+process.on("SIGTERM", () => {
+  connection.close().finally(() => process.exit(0));
+});

@@ -73,6 +73,8 @@ export class Cluster {
   producer: Child | undefined;
   #readyController: number | undefined;
   #closing = false;
+  /** Every process not reaped yet, whatever its slot. */
+  readonly #live = new Set<Child>();
   readonly #settings: ClusterSettings;
 
   constructor(settings: ClusterSettings, workers: readonly WorkerSlot[]) {
@@ -92,71 +94,83 @@ export class Cluster {
 
   startController(): Child {
     const s = this.#settings;
-    this.controller = this.#spawn({
-      role: "controller",
-      name: "controller",
-      runtime: "deno",
-      command: s.deno,
-      args: ["run", "-A", "--unstable-kv", "--quiet", module("controller_process.ts")],
-      config: {
-        deadline: s.deadline,
-        kvPath: s.paths.kv,
-        dir: s.paths.controllers,
-        port: s.controllerPort,
-        secret: s.secret,
-        name: s.flow,
-        reconnectGrace: s.grace,
+    this.controller = this.#spawn(
+      {
+        role: "controller",
+        name: "controller",
+        runtime: "deno",
+        command: s.deno,
+        args: ["run", "-A", "--unstable-kv", "--quiet", module("controller_process.ts")],
+        config: {
+          deadline: s.deadline,
+          kvPath: s.paths.kv,
+          dir: s.paths.controllers,
+          port: s.controllerPort,
+          secret: s.secret,
+          name: s.flow,
+          reconnectGrace: s.grace,
+        },
+        logs: s.paths.logs,
+        onMessage: (message) => {
+          if (message.ready === true) this.#readyController = message.pid as number;
+        },
       },
-      logs: s.paths.logs,
-      onMessage: (message) => {
-        if (message.ready === true) this.#readyController = message.pid as number;
-      },
-    }, () => this.startController());
+      () => this.controller,
+      () => this.startController(),
+    );
     return this.controller;
   }
 
   startWorker(slot: WorkerSlot): Child {
     const s = this.#settings;
-    slot.child = this.#spawn({
-      role: "worker",
-      name: slot.name,
-      runtime: slot.runtime,
-      command: slot.runtime === "deno" ? s.deno : s.bun,
-      args: slot.runtime === "deno"
-        ? ["run", "-A", "--quiet", module("worker_process.ts")]
-        : [module("worker_process.ts")],
-      config: {
-        deadline: s.deadline,
-        url: `ws://127.0.0.1:${slot.proxy.port}/workers`,
-        token: slot.token,
-        producer: s.flow,
+    slot.child = this.#spawn(
+      {
+        role: "worker",
         name: slot.name,
-        concurrency: slot.concurrency,
-        seed: s.seed,
-        dir: s.paths.workers,
+        runtime: slot.runtime,
+        command: slot.runtime === "deno" ? s.deno : s.bun,
+        args: slot.runtime === "deno"
+          ? ["run", "-A", "--quiet", module("worker_process.ts")]
+          : [module("worker_process.ts")],
+        config: {
+          deadline: s.deadline,
+          url: `ws://127.0.0.1:${slot.proxy.port}/workers`,
+          token: slot.token,
+          producer: s.flow,
+          name: slot.name,
+          concurrency: slot.concurrency,
+          seed: s.seed,
+          dir: s.paths.workers,
+        },
+        logs: s.paths.logs,
       },
-      logs: s.paths.logs,
-    }, () => this.startWorker(slot));
+      () => slot.child,
+      () => this.startWorker(slot),
+    );
     return slot.child;
   }
 
   startProducer(): Child {
     const s = this.#settings;
-    this.producer = this.#spawn({
-      role: "producer",
-      name: "producer",
-      runtime: "deno",
-      command: s.deno,
-      args: ["run", "-A", "--quiet", module("producer_process.ts")],
-      config: {
-        deadline: s.deadline,
-        url: `http://127.0.0.1:${s.controllerPort}/jobs`,
-        token: s.clientToken,
-        rate: s.rate,
-        dir: s.paths.producers,
+    this.producer = this.#spawn(
+      {
+        role: "producer",
+        name: "producer",
+        runtime: "deno",
+        command: s.deno,
+        args: ["run", "-A", "--quiet", module("producer_process.ts")],
+        config: {
+          deadline: s.deadline,
+          url: `http://127.0.0.1:${s.controllerPort}/jobs`,
+          token: s.clientToken,
+          rate: s.rate,
+          dir: s.paths.producers,
+        },
+        logs: s.paths.logs,
       },
-      logs: s.paths.logs,
-    }, () => this.startProducer());
+      () => this.producer,
+      () => this.startProducer(),
+    );
     return this.producer;
   }
 
@@ -210,11 +224,11 @@ export class Cluster {
       clearTimeout(slot.resume);
       slot.resume = undefined;
     }
-    const workers = [...this.workers.values()].flatMap((slot) => slot.child ? [slot.child] : []);
+    const live = [...this.#live];
+    const workers = live.filter((child) => child.spec.role === "worker");
     await Promise.allSettled(workers.map((child) => child.kill()));
-    await Promise.allSettled(
-      [this.controller, this.producer].flatMap((child) => child ? [child.stop(3000)] : []),
-    );
+    const others = live.filter((child) => child.spec.role !== "worker");
+    await Promise.allSettled(others.map((child) => child.stop(3000)));
   }
 
   #resume(slot: WorkerSlot, child: Child): void {
@@ -224,8 +238,14 @@ export class Cluster {
     child.signal("SIGCONT");
   }
 
-  #spawn(spec: Omit<ChildSpec, "cwd">, restart: () => void): Child {
+  /** Start a process; after a crash, `restart` it unless its slot already holds another. */
+  #spawn(
+    spec: Omit<ChildSpec, "cwd">,
+    current: () => Child | undefined,
+    restart: () => void,
+  ): Child {
     const child = new Child({ ...spec, cwd: this.#settings.root });
+    this.#live.add(child);
     this.#record({
       ev: "spawn",
       role: spec.role,
@@ -235,6 +255,7 @@ export class Cluster {
       t: wallClock(),
     });
     child.exited.then((exit) => {
+      this.#live.delete(child);
       const expected = child.ending || this.#closing;
       this.#record({
         ev: "exit",
@@ -254,7 +275,7 @@ export class Cluster {
         }; restarting`,
       );
       setTimeout(() => {
-        if (!this.#closing) restart();
+        if (!this.#closing && current() === child) restart();
       }, 100);
     });
     return child;

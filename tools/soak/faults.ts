@@ -10,9 +10,10 @@
  * | `producer-kill` | SIGKILL the producer, reap it, start it again (it resumes from its journal) |
  *
  * Kinds are drawn from a shuffled bag (two of each worker and controller kind, one producer kill
- * per bag), so every kind shows up even in a short soak. A fault that cannot apply right now is
- * skipped for the next in the bag: the controller is killed only once its current incarnation is
- * ready (so that each restart gets to deliver), and a stopped worker is not stopped again. Each
+ * per bag), so every kind shows up even in a short soak. A kind that cannot apply right now stays
+ * in the bag and the next one is taken: the controller is killed only once its current
+ * incarnation is ready (so that each restart gets to deliver), and a stopped worker is not
+ * stopped again. Each
  * fault is written to the orchestrator's journal just before its signal or cut, with the time.
  *
  * @module
@@ -49,14 +50,14 @@ export class FaultPlan {
     return between(this.#random, 1000, 5000);
   }
 
-  /** The next kind that `applicable` allows, or undefined when none does. */
+  /**
+   * The first kind in the bag that `applicable` allows (the others stay in the bag for later),
+   * or undefined when none does.
+   */
   nextKind(applicable: (kind: FaultKind) => boolean): FaultKind | undefined {
-    for (let tries = 0; tries < BAG.length * 2; tries++) {
-      if (this.#bag.length === 0) this.#bag = this.#shuffled();
-      const kind = this.#bag.shift()!;
-      if (applicable(kind)) return kind;
-    }
-    return undefined;
+    if (this.#bag.length === 0) this.#bag = this.#shuffled();
+    const index = this.#bag.findIndex(applicable);
+    return index < 0 ? undefined : this.#bag.splice(index, 1)[0];
   }
 
   pick<T>(items: readonly T[]): T {

@@ -12,8 +12,10 @@
  * - w1's restart (pid 211) is stopped from 40,000 to 43,000 while running j9: the controller keeps
  *   its binding, yet j9 runs again.
  * - The controller (pid 100) is SIGKILLed at 50,000; its last commit that completed began at
- *   49,992. j10 finished 5 ms before the kill, j11 40 ms, j12 and j13 500 ms and more (j13's batch
- *   is resubmitted after the restart). j14 starts on w1 5 ms after the kill, before w1 sees its
+ *   49,992. j10 finished 5 ms before the kill, j11 40 ms (its confirmation sent 38 ms before the
+ *   kill, still on its way), j12 and j13 500 ms and more, never confirmed (j13's batch is
+ *   resubmitted after the restart); the controller applied j18's confirmation before its last
+ *   commit, which did not write it. j14 starts on w1 5 ms after the kill, before w1 sees its
  *   connection close (at 50,020); j15 starts after. The new controller (pid 101, spawned at
  *   50,010) delivers all of them again from 50,300.
  * - w3 (pid 203) finishes j16, starts j17 and is stopped 5 ms later, too briefly to be unbound,
@@ -67,8 +69,18 @@ class Journals {
   worker(name: string, pid: number, record: Record<string, unknown>) {
     this.#write(join(this.paths.workers, `${name}.${pid}.jsonl`), { pid, ...record });
   }
-  run(name: string, pid: number, ep: string, b: string, n: number, start: number, end?: number) {
-    this.worker(name, pid, { ev: "start", id: `j${n}`, ep, b, t: start });
+  /** A handler run of job `n`; its sequence in binding `b` is `seq` (default: `n`). */
+  run(
+    name: string,
+    pid: number,
+    ep: string,
+    b: string,
+    n: number,
+    start: number,
+    end?: number,
+    seq = n,
+  ) {
+    this.worker(name, pid, { ev: "start", id: `j${n}`, ep, b, s: seq, t: start });
     if (end !== undefined) this.worker(name, pid, { ev: "end", id: `j${n}`, ep, t: end });
   }
   attach(name: string, pid: number, connect: number, session: string, binding: string) {
@@ -146,12 +158,17 @@ function writeStory(j: Journals): void {
   j.run("w1", 211, "w1", "b3", 9, 39_995, 43_005);
   fault("worker-stop", "w1", 211, 40_000, 3000);
   j.soak({ ev: "cont", name: "w1", pid: 211, t: 43_000 });
-  j.run("w2", 202, "w2", "b4", 9, 43_100, 43_110);
+  j.run("w2", 202, "w2", "b4", 9, 43_100, 43_110, 1);
 
   // A controller SIGKILL.
-  j.run("w2", 202, "w2", "b4", 13, 49_390, 49_400);
-  j.run("w2", 202, "w2", "b4", 12, 49_490, 49_500);
+  // w2's sub-flow b4: j9 (1), j18 (2), j13 (3), j12 (4); only j18's confirmation is sent.
+  j.run("w2", 202, "w2", "b4", 18, 49_300, 49_310, 2);
+  j.worker("w2", 202, { ev: "sent", ep: "w2", c: 2, t: 49_311 });
+  j.controller(100, { ev: "confirmed", id: "j18", t: 49_312 });
+  j.run("w2", 202, "w2", "b4", 13, 49_390, 49_400, 3);
+  j.run("w2", 202, "w2", "b4", 12, 49_490, 49_500, 4);
   j.run("w1", 211, "w1", "b3", 11, 49_950, 49_960);
+  j.worker("w1", 211, { ev: "sent", ep: "w1", c: 11, t: 49_962 });
   j.run("w1", 211, "w1", "b3", 10, 49_980, 49_995);
   j.controller(100, {
     ev: "commit",
@@ -183,7 +200,9 @@ function writeStory(j: Journals): void {
   j.producer({ ev: "ack", from: 13, to: 13, t: 50_450 });
   j.attach("w1", 211, 50_240, "s2", "b1");
   j.attach("w2", 202, 50_245, "s2", "b2");
-  for (const [i, n] of [10, 11, 12, 13, 14, 15].entries()) {
+  j.producer({ ev: "send", from: 18, to: 18, attempt: 1, t: 49_000 });
+  j.producer({ ev: "ack", from: 18, to: 18, t: 49_100 });
+  for (const [i, n] of [10, 11, 12, 13, 14, 15, 18].entries()) {
     j.run("w2", 202, "w2", "b2", n, 50_300 + i * 10, 50_305 + i * 10);
   }
 
@@ -218,34 +237,35 @@ test("the soak's verifier finds the lost job and tells each kind of duplicate ap
       },
       drain: { complete: true, remaining: 0, ms: 0 },
     });
-    assert.equal(summary.accepted, 17);
-    assert.equal(summary.ran, 16);
+    assert.equal(summary.accepted, 18);
+    assert.equal(summary.ran, 17);
     assert.equal(summary.lost, 1);
     assert.deepEqual(summary.lostExamples, ["j2"]);
     const { byFault: _, ...causes } = summary.duplicates;
     assert.deepEqual(causes, {
-      total: 15,
+      total: 16,
       // j3 (killed), j6 (frozen), j7 and j14 (started before the worker could know), j17
       running: 5,
       "ack-delay": 3, // j4, j10, j16
       "unconfirmed-at-controller-kill": 1, // j11
-      avoidable: 6, // j5, j8, j9, j12, j13, j15
+      avoidable: 7, // j5, j8, j9, j12, j13, j15, j18
     });
     assert.equal(summary.observations.duplicatesStartedBeforeNotice, 2);
     const diagnosisOf = (id: string) =>
       summary.avoidable.examples.find((example) => example.messageId === id)?.diagnosis;
-    assert.match(diagnosisOf("j5")!, /well before a fault of its worker/);
+    assert.match(diagnosisOf("j5")!, /held its confirmation at a fault of its worker/);
     assert.match(diagnosisOf("j8")!, /duplicate started after its binding had ended/);
     assert.equal(diagnosisOf("j9"), "unexplained");
-    assert.match(diagnosisOf("j12")!, /confirmation was not durable/);
-    assert.match(diagnosisOf("j13")!, /producer's resubmission/);
+    assert.match(diagnosisOf("j12")!, /held its confirmation at a controller kill/);
+    assert.match(diagnosisOf("j18")!, /applied its confirmation before its last commit/);
+    assert.match(diagnosisOf("j13")!, /producer resubmitted it after the restart/);
     assert.match(diagnosisOf("j15")!, /earlier run started after its binding had ended/);
     assert.equal(summary.restarts.count, 1);
     assert.equal(summary.restarts.worstMs, 290);
     assert.equal(summary.faults.byKind["worker-stop"], 3);
     assert.equal(summary.observations.stopsThatUnbound, 1);
     assert.equal(summary.ok, false);
-    assert.match(summaryLine(summary), /lost 1, duplicates 15 .*avoidable 6\)/);
+    assert.match(summaryLine(summary), /lost 1, duplicates 16 .*avoidable 7\)/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -2,42 +2,45 @@
  * Why a job ran more than once: the rules that excuse a duplicate by a fault, and what is left,
  * the avoidable ones.
  *
- * A job's runs are taken in the order they started. Every run after the first is a duplicate,
- * and it is **excused** when an earlier run of the same job (not already used to excuse another)
- * lost its confirmation to a fault that happened before the duplicate started. An earlier run
- * lost its confirmation to fault F when one of these holds, the earliest F deciding the cause:
+ * A job's runs are taken in the order they started; every run after the first is a duplicate.
+ * A duplicate is **excused** when an earlier run of the same job (not already used to excuse
+ * another) lost its confirmation to a fault F that took the job away before the duplicate
+ * started. A run loses its confirmation to F when one of these holds (the earliest F decides):
  *
- * **running** — the handler was running when F hit its worker: it started before F and had
- * not finished at F; or it started after F but before its endpoint could know of it, that is
- * before the endpoint recorded the disconnection F caused (a job taken from the buffer in the
- * same event-loop turn as a SIGCONT, or in the milliseconds a controller's death or a cut takes
- * to reach the worker). Such a run is a duplicate by itself, whether it started before or after
- * the job's redelivery. F is:
- * - a SIGKILL of its process;
- * - a SIGSTOP of its process long enough that the controller ended the endpoint's binding (the
- *   controller's journal shows the unbinding between the stop and shortly after the SIGCONT);
- *   the time of F is then the unbinding;
- * - a TCP cut of its process's connections;
- * - a SIGKILL of the controller incarnation that delivered the run (the run's session is one of
- *   that incarnation's).
+ * **running** — the handler was running when F hit its worker: it started before F and had not
+ * finished by then; or it started after F but before its endpoint could know, that is before the
+ * endpoint recorded the disconnection F caused (a job taken from the buffer in the event-loop turn
+ * of a SIGCONT, or in the tens of milliseconds a killed controller's sockets take to close). Such
+ * a late starter is a duplicate by itself, whether it started before or after the redelivery.
  *
  * **ack-delay** — the handler finished less than the ack delay (`--ack-delay`, default 10 ms)
- * before F: a worker may hold a confirmation that long (to send it with the next one), so it may
- * not have left yet.
+ * before F: a worker may hold a confirmation that long, so it may not have left yet.
  *
- * **unconfirmed-at-controller-kill** — F is a SIGKILL of the controller that delivered the run,
- * and the run finished after `B − ack delay − TRANSIT_MS`, where B is the start of the last durable
- * commit that completed before the kill (walking back past commits that may have left queued
- * confirmations out: those at the queue's operation limit, and retried ones). A commit carries every confirmation that reached the controller
- * before it started, so one that arrived after B was not durable yet: the controller's journal of
- * commits bounds, for each kill, how far back its confirmation writes lagged. `TRANSIT_MS` covers
- * the ack's trip through the proxy into the controller's mailbox on a loaded machine.
+ * **unconfirmed-at-controller-kill** — F killed the controller that delivered the run after the
+ * run's confirmation had left its worker, and that confirmation was not durable. Both ends are
+ * journaled: the worker records each `ack` and `request` it hands to its socket, the controller
+ * each confirmation it applies and each durable commit. The confirmation was not durable when the
+ * controller applied it after B, the start of its last commit that completed before the kill
+ * (walking back past commits that may have left queued confirmations out: those at the queue's
+ * operation limit, and retried ones), since a commit carries every confirmation applied before it
+ * started; or when the controller had not applied it yet, the worker having sent it at most
+ * `TRANSIT_MS` before the last confirmation the controller applied (still on its way: a controller
+ * that stalls before it dies leaves everything sent meanwhile in flight). One applied before B,
+ * or sent earlier and never applied, is not excused.
  *
- * Anything else is **avoidable**. A run that started after its binding had already ended (the
- * controller unbound it, or the controller that delivered it was dead) can never excuse another
- * run through a later fault: it should not have run at all.
+ * The faults F of a run: a SIGKILL of its worker process; a SIGSTOP of it long enough that the
+ * controller ended the endpoint's binding (the controller's journal shows the unbinding during the
+ * stop or just after the SIGCONT; the job was taken at the unbinding); a TCP cut of its worker's
+ * connections; a SIGKILL of the controller incarnation that delivered it (the run's session is
+ * one of that incarnation's). A worker stopped when F came could last act when its stop began:
+ * "finished by then" and the windows above are measured from there.
  *
- * Times from different processes are compared with `CLOCK_SLACK_MS` of tolerance.
+ * Anything else is **avoidable**. A run that started while its endpoint was disconnected, or after
+ * its binding had ended (the controller unbound it, or the controller that delivered it was gone)
+ * and after its endpoint noticed, is never excused: it should not have run at all.
+ *
+ * Times from different processes are compared with `CLOCK_SLACK_MS` of tolerance; times from one
+ * worker's own journal exactly.
  *
  * @module
  */
@@ -49,9 +52,9 @@ import type { Endpoint, Runs } from "./runs.ts";
 
 /** Clock differences between the soak's processes, ms. */
 export const CLOCK_SLACK_MS = 2;
-/** An ack's trip from a worker's socket into the controller's mailbox, at most, ms. */
+/** An ack's trip from a worker's socket through the proxy into the controller, at most, ms. */
 export const TRANSIT_MS = 50;
-/** An endpoint notices a fault's disconnection within this long (after a SIGCONT if stopped), ms. */
+/** An endpoint notices a fault's disconnection within this long (after its SIGCONT), ms. */
 export const NOTICE_WINDOW_MS = 1000;
 /** The controller may end a stopped worker's binding this long after its SIGCONT, ms. */
 export const STOP_UNBIND_SLACK_MS = 250;
@@ -79,11 +82,14 @@ interface Stop {
   readonly to: number;
 }
 
-interface ControllerKill {
+/** A controller kill, with what the verifier knows of its durable writes. */
+export interface ControllerKill {
   readonly fault: FaultRecord;
   readonly sessions: ReadonlySet<string>;
   /** Confirmations that reached the controller after this were not durable at the kill. */
   readonly durableBefore: number;
+  /** When it applied its last confirmation before the kill (its spawn if none). */
+  readonly lastApplied: number;
 }
 
 /** Applies the rules to the runs of one soak. */
@@ -99,11 +105,15 @@ export class Classifier {
   /** When each session's controller died. */
   readonly #sessionEnd = new Map<string, number>();
   readonly #sessionsOfPid: Map<number, string[]>;
+  readonly #selfRestarts: Evidence["selfRestarts"];
+  readonly #applied: Evidence["applied"];
 
   constructor(evidence: Evidence, runs: Runs, ackDelay: number) {
     this.#runs = runs;
     this.#ackDelay = ackDelay;
     this.#sessionsOfPid = evidence.sessions;
+    this.#selfRestarts = evidence.selfRestarts;
+    this.#applied = evidence.applied;
     const exitOf = new Map(evidence.exits.map((exit) => [exit.pid, exit.t]));
     const spawnOf = new Map(evidence.spawns.map((spawn) => [spawn.pid, spawn.t]));
     for (const unbind of evidence.unbinds) {
@@ -113,12 +123,15 @@ export class Classifier {
       const key = `${unbind.session} ${unbind.ep} ${unbind.binding}`;
       if (!this.#bindingEnd.has(key)) this.#bindingEnd.set(key, unbind.t);
     }
+    // A session ends when its controller dies, or restarts itself under a new session.
     for (const [pid, sessions] of evidence.sessions) {
       const died = evidence.faults.find((f) => f.kind === "controller-kill" && f.pid === pid)?.t ??
         exitOf.get(pid);
-      if (died !== undefined) {
-        for (const session of sessions) this.#sessionEnd.set(session, died);
-      }
+      sessions.forEach((session, i) => {
+        const next = evidence.selfRestarts.find((r) => r.session === sessions[i + 1])?.t;
+        const end = next ?? died;
+        if (end !== undefined) this.#sessionEnd.set(session, end);
+      });
     }
     for (const fault of evidence.faults) {
       if (fault.kind === "controller-kill") {
@@ -129,6 +142,10 @@ export class Classifier {
             evidence.commits.get(fault.pid) ?? [],
             fault.t,
             spawnOf.get(fault.pid) ?? fault.t,
+          ),
+          lastApplied: Math.min(
+            fault.t,
+            evidence.lastApplied.get(fault.pid) ?? spawnOf.get(fault.pid) ?? fault.t,
           ),
         });
         continue;
@@ -205,7 +222,7 @@ export class Classifier {
       t: number,
       at: number,
       noticeable: boolean,
-      durableBefore?: number,
+      kill?: ControllerKill,
     ) => {
       const stop = faults?.stops.find((stop) => stop.from <= t && stop.to >= t);
       const last = stop ? stop.from : t;
@@ -214,13 +231,11 @@ export class Classifier {
         noticeable && start > t && detached < Infinity &&
         start <= this.#notice(endpoint, t, stop ? stop.to : t) // the worker's clock: no slack
       ) return consider("running", fault, at, true);
-      if (ended && end >= last - ackDelay - S && end < last - S) {
-        return consider("ack-delay", fault, at);
+      if (!ended) return;
+      if (kill && this.#notDurable(run, kill, last)) {
+        return consider("unconfirmed-at-controller-kill", fault, at);
       }
-      if (
-        durableBefore !== undefined && ended && end >= durableBefore - ackDelay - TRANSIT_MS &&
-        end < last - ackDelay - S
-      ) return consider("unconfirmed-at-controller-kill", fault, at);
+      if (end >= last - ackDelay - S && end < last - S) return consider("ack-delay", fault, at);
     };
 
     for (const fault of faults?.kills ?? []) hit(fault, fault.t, fault.t, false);
@@ -234,9 +249,31 @@ export class Classifier {
     const session = runs.session(run);
     for (const kill of this.#controllerKills) {
       if (session === undefined || !kill.sessions.has(session)) continue;
-      hit(kill.fault, kill.fault.t, kill.fault.t, true, kill.durableBefore);
+      hit(kill.fault, kill.fault.t, kill.fault.t, true, kill);
     }
     return best;
+  }
+
+  /**
+   * Whether the confirmation of `run` had left its worker before `kill` (the worker could last
+   * act at `last`) and was not durable: the controller applied it after the start of its last
+   * completed commit, or had not applied it yet, the worker having sent it at most `TRANSIT_MS`
+   * before the controller applied its last confirmation (a controller that stalled before it
+   * died left everything sent meanwhile on its way).
+   */
+  #notDurable(run: number, kill: ControllerKill, last: number): boolean {
+    const applied = this.appliedBefore(run, kill);
+    if (applied !== undefined) return applied >= kill.durableBefore;
+    const sent = this.#runs.confirmationSent(run);
+    return sent !== undefined && sent < last + CLOCK_SLACK_MS &&
+      sent >= kill.lastApplied - TRANSIT_MS;
+  }
+
+  /** When the controller killed by `kill` applied the confirmation of `run`'s job, if it did. */
+  appliedBefore(run: number, kill: ControllerKill): number | undefined {
+    return this.#applied.get(this.#runs.job(run))?.find((a) =>
+      a.pid === kill.fault.pid && a.t < kill.fault.t
+    )?.t;
   }
 
   /**
@@ -297,30 +334,45 @@ export class Classifier {
         return `${which} started while its endpoint was disconnected`;
       }
     }
-    const end = runs.end(previous);
-    if (Number.isNaN(end)) return "the earlier run never finished, and no fault explains it";
     const start = runs.start(run);
     const session = runs.session(previous);
+    const pid = [...this.#sessionsOfPid].find(([, sessions]) =>
+      session !== undefined && sessions.includes(session)
+    )?.[0];
+    if (
+      this.#selfRestarts.some((r) => r.pid === pid && r.t > runs.start(previous) && r.t < start)
+    ) return "the controller restarted itself (its durable writes kept failing) meanwhile";
+    const end = runs.end(previous);
+    if (Number.isNaN(end)) return "the earlier run never finished, and no fault explains it";
     const kill = this.#controllerKills.find((k) =>
       k.fault.t > end && k.fault.t < start && session !== undefined && k.sessions.has(session)
     );
+    const sent = runs.confirmationSent(previous);
     if (kill) {
       const batch = batchOf(acks, runs.job(run));
       const resent = batch !== undefined &&
         (acks.attempts.get(batch) ?? []).some((t) => t > kill.fault.t && t < start);
-      return resent
-        ? "it finished before a controller kill, and the producer's resubmission after the restart ran it again"
-        : "it finished well before a controller kill, but its confirmation was not durable";
+      if (resent) {
+        return "it finished before a controller kill; the producer resubmitted it after the restart";
+      }
+      if (this.appliedBefore(previous, kill) !== undefined) {
+        return "the controller applied its confirmation before its last commit but never wrote it";
+      }
+      if (sent !== undefined && sent < kill.fault.t) {
+        return "its confirmation left the worker well before a controller kill and was never applied";
+      }
+      return "its worker still held its confirmation at a controller kill, long after it finished";
     }
     const faults = this.#byPid.get(runs.endpoint(previous).pid);
     const workerFault = [
       ...faults?.kills ?? [],
       ...faults?.cuts ?? [],
       ...(faults?.stops ?? []).map((s) => s.fault),
-    ]
-      .some((fault) => fault.t > end && fault.t < start);
+    ].find((fault) => fault.t > end && fault.t < start);
     if (workerFault) {
-      return "it finished well before a fault of its worker, which had not confirmed it";
+      return sent !== undefined && sent < workerFault.t
+        ? "its confirmation left the worker before a fault of its worker, yet it was requeued"
+        : "its worker still held its confirmation at a fault of its worker, long after it finished";
     }
     return "unexplained";
   }

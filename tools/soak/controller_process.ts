@@ -5,8 +5,11 @@
  *
  * It records in its journal what the verifier cannot see from the workers:
  * - `ready` with its session (a run's session, from the worker's journal, says which controller
- *   incarnation delivered it: that measures restart → first delivery);
+ *   incarnation delivered it: that measures restart → first delivery), and when its modules were
+ *   loaded, its KV file opened and its port listening (where a restart's time goes);
  * - every binding that starts or ends, with the reason, and the MessageIDs each ending requeued;
+ * - every job whose confirmation it applied (`deliveryConfirmation` is on for this: the
+ *   producer is told of each confirmation, and this one writes it down);
  * - every durable commit that succeeded, with its start and end: a confirmation that reached the
  *   controller after the start of the last commit that finished before a SIGKILL was not durable
  *   (`classify.ts` bounds duplicates of kind "unconfirmed at controller kill" with it).
@@ -19,7 +22,7 @@
 
 import { join } from "node:path";
 import process from "node:process";
-import { BufferedProducer, WorkPullingController } from "../../mod.ts";
+import { BufferedProducer, type DeliveryConfirmed, WorkPullingController } from "../../mod.ts";
 import { DenoKvWorkQueue } from "../../deno_kv.ts";
 import { serveDeno } from "../../deno.ts";
 import type { WorkpullServer } from "../../server.ts";
@@ -37,11 +40,14 @@ export interface ControllerConfig extends ChildBase {
   readonly reconnectGrace: number;
 }
 
+// Module bodies run once every import is loaded: this is the end of the process's start-up.
+const modulesLoaded = wallClock();
 const config = childConfig<ControllerConfig>();
 const pid = process.pid;
 const journal = new Journal(join(config.dir, `${pid}.jsonl`));
 
 const kv = await Deno.openKv(config.kvPath);
+const kvOpened = wallClock();
 const queue = new DenoKvWorkQueue(kv, { prefix: ["soak", config.name] });
 
 let loaded = 0;
@@ -84,12 +90,21 @@ queue.commit = async (epoch, batch, options) => {
   return result;
 };
 
-const producer = new BufferedProducer();
+/** A `BufferedProducer` that records every confirmation the controller applies. */
+class JournaledProducer extends BufferedProducer {
+  override onDeliveryConfirmed(notice: DeliveryConfirmed): void {
+    journal.write({ ev: "confirmed", pid, id: notice.messageId, t: wallClock() });
+    super.onDeliveryConfirmed(notice);
+  }
+}
+
+const producer = new JournaledProducer();
 const controller = new WorkPullingController({
   name: config.name,
   producer,
   queue,
   reconnectGrace: config.reconnectGrace,
+  deliveryConfirmation: true,
 });
 controller.addEventListener("worker-bound", (event) => {
   journal.write({
@@ -149,6 +164,7 @@ controller.addEventListener("delivery-failed", (event) => {
 const started = controller.start();
 started.catch(() => {}); // awaited below; a failure is reported there
 const server = await listen();
+const listening = wallClock();
 try {
   await started;
 } catch (error) {
@@ -156,7 +172,16 @@ try {
   console.error("soak controller: could not load the queue:", error);
   process.exit(3);
 }
-journal.write({ ev: "ready", pid, session: controller.session, loaded, t: wallClock() });
+journal.write({
+  ev: "ready",
+  pid,
+  session: controller.session,
+  loaded,
+  modulesLoaded,
+  kvOpened,
+  listening,
+  t: wallClock(),
+});
 announce({ ready: true, pid, session: controller.session });
 
 /** Listen on the fixed port; the previous incarnation's socket may take a moment to go. */

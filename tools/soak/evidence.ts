@@ -12,7 +12,7 @@
 import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { readJournal } from "./journal.ts";
-import type { FaultRecord, Role, SoakPaths } from "./records.ts";
+import { type FaultRecord, jobNumber, type Role, type SoakPaths } from "./records.ts";
 
 /** A process start, from the orchestrator's journal. */
 export interface Spawn {
@@ -66,12 +66,21 @@ export interface Evidence {
   readonly phases: Map<string, number>;
   /** The sessions of each controller pid (its first, then any internal restarts). */
   readonly sessions: Map<number, string[]>;
-  /** When each controller pid became ready. */
-  readonly ready: Map<number, number>;
+  /** When each controller pid loaded its modules, opened its KV file, listened, was ready. */
+  readonly ready: Map<
+    number,
+    { modulesLoaded: number; kvOpened: number; listening: number; t: number; loaded: number }
+  >;
   readonly unbinds: Unbind[];
   /** Successful commits by controller pid, in order. */
   readonly commits: Map<number, Commit[]>;
   readonly failures: { pid: number; stage: string; error: string; t: number }[];
+  /** Restarts of a controller inside its process (its durable writes kept failing). */
+  readonly selfRestarts: { pid: number; session: string; t: number }[];
+  /** When each controller pid applied a confirmation of a job, for the jobs asked about. */
+  readonly applied: Map<number, { pid: number; t: number }[]>;
+  /** When each controller pid applied its last confirmation (of any job). */
+  readonly lastApplied: Map<number, number>;
 }
 
 /** What the producer got acknowledged. */
@@ -89,8 +98,11 @@ export interface Acknowledgements {
   readonly incarnations: number;
 }
 
-/** Read the orchestrator's and the controller incarnations' journals. */
-export function readEvidence(paths: SoakPaths): Evidence {
+/**
+ * Read the orchestrator's and the controller incarnations' journals; confirmations are kept for
+ * the job numbers in `jobs` only (the jobs that ran more than once).
+ */
+export function readEvidence(paths: SoakPaths, jobs: ReadonlySet<number> = new Set()): Evidence {
   const evidence: Evidence = {
     spawns: [],
     exits: [],
@@ -102,6 +114,9 @@ export function readEvidence(paths: SoakPaths): Evidence {
     unbinds: [],
     commits: new Map(),
     failures: [],
+    selfRestarts: [],
+    applied: new Map(),
+    lastApplied: new Map(),
   };
   readJournal(paths.soak, (r) => {
     if (r.ev === "spawn") evidence.spawns.push(r as unknown as Spawn);
@@ -115,11 +130,18 @@ export function readEvidence(paths: SoakPaths): Evidence {
       const pid = r.pid as number;
       switch (r.ev) {
         case "ready":
-          evidence.ready.set(pid, r.t as number);
+          evidence.ready.set(pid, {
+            modulesLoaded: r.modulesLoaded as number,
+            kvOpened: r.kvOpened as number,
+            listening: r.listening as number,
+            t: r.t as number,
+            loaded: r.loaded as number,
+          });
           addSession(evidence, pid, r.session as string);
           break;
         case "restarted":
           addSession(evidence, pid, r.session as string);
+          evidence.selfRestarts.push({ pid, session: r.session as string, t: r.t as number });
           break;
         case "unbound":
           evidence.unbinds.push(r as unknown as Unbind);
@@ -127,6 +149,12 @@ export function readEvidence(paths: SoakPaths): Evidence {
         case "commit":
           push(evidence.commits, pid, r as unknown as Commit);
           break;
+        case "confirmed": {
+          evidence.lastApplied.set(pid, r.t as number);
+          const n = jobNumber(r.id as string);
+          if (jobs.has(n)) push(evidence.applied, n, { pid, t: r.t as number });
+          break;
+        }
         case "failed":
           evidence.failures.push(r as unknown as Evidence["failures"][number]);
           break;

@@ -5,7 +5,7 @@
  * |---|---|
  * | `worker-kill` | SIGKILL a worker process, reap it, start it again under the same name |
  * | `worker-stop` | SIGSTOP a worker process for 3–12 s, then SIGCONT |
- * | `controller-kill` | SIGKILL the controller, reap it, start it again on the same KV file and port |
+ * | `controller-kill` | SIGKILL the controller, reap it, restart it on the same KV file and port |
  * | `tcp-cut` | drop every TCP connection of one worker at its proxy |
  * | `producer-kill` | SIGKILL the producer, reap it, start it again (it resumes from its journal) |
  *

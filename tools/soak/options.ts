@@ -22,7 +22,7 @@ export interface SoakOptions {
   readonly out: string | undefined;
   /** Keep the output directory (always kept when `out` is given). */
   readonly keep: boolean;
-  /** How long a worker may hold a finished job's confirmation, ms (duplicates of kind "ack-delay"). */
+  /** How long a worker may hold a finished job's confirmation, ms (see "ack-delay"). */
   readonly ackDelay: number;
   /** The controller's `reconnectGrace`, ms. */
   readonly grace: number;

@@ -78,7 +78,17 @@ export interface FaultRecord {
 
 /** A controller incarnation's journal. */
 export type ControllerRecord =
-  | { ev: "ready"; pid: number; session: string; loaded: number; t: number }
+  | {
+    ev: "ready";
+    pid: number;
+    session: string;
+    /** Jobs reloaded from the queue. */
+    loaded: number;
+    modulesLoaded: number;
+    kvOpened: number;
+    listening: number;
+    t: number;
+  }
   | { ev: "bound"; pid: number; session: string; ep: string; binding: string; t: number }
   | {
     ev: "unbound";
@@ -91,6 +101,8 @@ export type ControllerRecord =
     t: number;
   }
   | { ev: "requeued"; pid: number; session: string; ep: string; ids: string[]; t: number }
+  /** The controller applied a worker's confirmation of this job (not yet durable). */
+  | { ev: "confirmed"; pid: number; id: string; t: number }
   | { ev: "restarted"; pid: number; session: string; cause: string; t: number }
   | { ev: "failed"; pid: number; stage: string; error: string; t: number }
   | {
@@ -126,9 +138,11 @@ export type WorkerRecord =
   | { ev: "connected"; ep: string; pid: number; t: number }
   | { ev: "disconnected"; ep: string; pid: number; code: number; t: number }
   | { ev: "bound"; ep: string; pid: number; session: string; binding: string; t: number }
-  /** A handler started; `b` is the binding the endpoint held. */
-  | { ev: "start"; id: string; ep: string; pid: number; b: string; t: number }
-  | { ev: "end"; id: string; ep: string; pid: number; t: number };
+  /** A handler started; `b` is the binding the endpoint held, `s` the job's sequence in it. */
+  | { ev: "start"; id: string; ep: string; pid: number; b: string; s: number; t: number }
+  | { ev: "end"; id: string; ep: string; pid: number; t: number }
+  /** An `ack` or `request` confirming up to sequence `c` was handed to the socket. */
+  | { ev: "sent"; ep: string; pid: number; c: number; t: number };
 
 /** Where the journals of a soak live. */
 export class SoakPaths {

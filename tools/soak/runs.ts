@@ -6,7 +6,8 @@
  * A run is a `start` line and, unless its process died or was stopped for good first, the `end`
  * line of the same job on the same endpoint of the same process. Beside the runs, each endpoint
  * (one endpoint name in one worker process) keeps its timeline: when it connected, disconnected
- * and adopted a binding. A run's session is the session of the binding its endpoint held when
+ * and adopted a binding, and every confirmation it sent (`ack` or `request`, cumulative, under the
+ * binding it held then). A run's session is the session of the binding its endpoint held when
  * the handler started.
  *
  * @module
@@ -29,6 +30,8 @@ export interface Endpoint {
   readonly connects: number[];
   /** Bindings adopted, in order. */
   readonly bindings: { t: number; session: string; binding: string }[];
+  /** Confirmations sent, in order: when, up to which sequence, under which `session binding`. */
+  readonly sent: { t: number[]; confirmed: number[]; binding: string[] };
 }
 
 /** A growable typed array. */
@@ -58,6 +61,7 @@ export class Runs {
   readonly #session = new Column((n) => new Int32Array(n));
   readonly #start = new Column((n) => new Float64Array(n));
   readonly #end = new Column((n) => new Float64Array(n));
+  readonly #seq = new Column((n) => new Float64Array(n));
   readonly #binding: string[] = [];
   /** The first run of each job number (-1: none); later runs of a job are in `more`. */
   #first = new Int32Array(1024).fill(-1);
@@ -89,6 +93,32 @@ export class Runs {
   /** NaN when the run never ended. */
   end(run: number): number {
     return this.#end.data[run];
+  }
+  /** The job's sequence in the run's binding (NaN when the journal did not say). */
+  seq(run: number): number {
+    return this.#seq.data[run];
+  }
+
+  /**
+   * When the worker sent the confirmation of `run` (the first `ack` or `request` after it ended
+   * that confirmed its sequence under the same binding), or undefined if it never did.
+   */
+  confirmationSent(run: number): number | undefined {
+    const end = this.end(run);
+    const seq = this.seq(run);
+    if (Number.isNaN(end) || Number.isNaN(seq)) return undefined;
+    const sent = this.endpoint(run).sent;
+    const key = `${this.session(run)} ${this.binding(run)}`;
+    let low = 0, high = sent.t.length;
+    while (low < high) {
+      const mid = (low + high) >> 1;
+      if (sent.t[mid] < end) low = mid + 1;
+      else high = mid;
+    }
+    for (let i = low; i < sent.t.length && sent.binding[i] === key; i++) {
+      if (sent.confirmed[i] >= seq) return sent.t[i];
+    }
+    return undefined;
   }
 
   /** Every run of job `n`, in the order they were read. */
@@ -138,6 +168,7 @@ export class Runs {
           disconnects: [],
           connects: [],
           bindings: [],
+          sent: { t: [], confirmed: [], binding: [] },
         };
         this.endpoints.push(endpoint);
         byName.set(name, endpoint);
@@ -145,6 +176,7 @@ export class Runs {
       return endpoint;
     };
     const currentSession = new Map<string, number>();
+    const currentBinding = new Map<string, string>();
     readJournal(file, (r) => {
       const ep = r.ep as string;
       const pid = r.pid as number;
@@ -154,7 +186,8 @@ export class Runs {
           const n = jobNumber(r.id as string);
           if (n < 0) return void (this.foreign += 1);
           const endpoint = endpointOf(ep, pid);
-          this.#add(n, endpoint.index, currentSession.get(ep) ?? -1, r.b as string, t);
+          const seq = typeof r.s === "number" ? r.s : Number.NaN;
+          this.#add(n, endpoint.index, currentSession.get(ep) ?? -1, r.b as string, seq, t);
           break;
         }
         case "end": {
@@ -184,6 +217,14 @@ export class Runs {
           const session = r.session as string;
           endpointOf(ep, pid).bindings.push({ t, session, binding: r.binding as string });
           currentSession.set(ep, this.#internSession(session));
+          currentBinding.set(ep, `${session} ${r.binding}`);
+          break;
+        }
+        case "sent": {
+          const sent = endpointOf(ep, pid).sent;
+          sent.t.push(t);
+          sent.confirmed.push(r.c as number);
+          sent.binding.push(currentBinding.get(ep) ?? "");
           break;
         }
       }
@@ -200,8 +241,16 @@ export class Runs {
     return index;
   }
 
-  #add(n: number, endpoint: number, session: number, binding: string, start: number): void {
+  #add(
+    n: number,
+    endpoint: number,
+    session: number,
+    binding: string,
+    seq: number,
+    start: number,
+  ): void {
     const run = this.count++;
+    this.#seq.set(run, seq);
     this.#job.set(run, n);
     this.#endpoint.set(run, endpoint);
     this.#session.set(run, session);

@@ -85,7 +85,19 @@ export interface Summary {
     readonly medianMs: number | null;
     /** Restarted controllers that delivered nothing before they ended. */
     readonly withoutDelivery: number;
-    readonly samples: { pid: number; ms: number | null }[];
+    /**
+     * Each restart, ms after its spawn: first delivery (`ms`), and the controller's own
+     * start-up: modules loaded, KV file opened, port listening, queue loaded (`readyMs`).
+     */
+    readonly samples: {
+      pid: number;
+      ms: number | null;
+      modulesLoadedMs: number | null;
+      kvOpenedMs: number | null;
+      listeningMs: number | null;
+      readyMs: number | null;
+      reloaded: number | null;
+    }[];
   };
   readonly controller: {
     readonly commits: number;
@@ -94,6 +106,8 @@ export interface Summary {
     /** The longest window of non-durable confirmations at a controller kill, ms. */
     readonly worstUnconfirmedWindowMs: number | null;
     readonly terminalFailures: number;
+    /** Restarts inside the process after durable writes kept failing (no fault of the soak's). */
+    readonly selfRestarts: number;
   };
   readonly producer: {
     readonly issued: number;

@@ -32,9 +32,9 @@ const LOST_EXAMPLES = 20;
 
 /** Verify the journals under `paths`. */
 export function verify(paths: SoakPaths, given: VerifySettings): Summary {
-  const evidence = readEvidence(paths);
-  const acks = readAcknowledgements(paths);
   const runs = Runs.read(paths);
+  const evidence = readEvidence(paths, new Set(runs.repeated()));
+  const acks = readAcknowledgements(paths);
   const classifier = new Classifier(evidence, runs, given.settings.ackDelayMs);
 
   // Lost: acknowledged, never finished.
@@ -131,7 +131,17 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
       const index = runs.sessionIndex(session);
       if (index !== undefined) first = Math.min(first, firstStartOfSession[index]);
     }
-    return { pid: spawn.pid, ms: first === Infinity ? null : round(first - spawn.t) };
+    const ready = evidence.ready.get(spawn.pid);
+    const since = (t: number | undefined) => t === undefined ? null : round(t - spawn.t);
+    return {
+      pid: spawn.pid,
+      ms: first === Infinity ? null : round(first - spawn.t),
+      modulesLoadedMs: since(ready?.modulesLoaded),
+      kvOpenedMs: since(ready?.kvOpened),
+      listeningMs: since(ready?.listening),
+      readyMs: since(ready?.t),
+      reloaded: ready?.loaded ?? null,
+    };
   });
   const measured = samples.flatMap((sample) => sample.ms === null ? [] : [sample.ms]).sort((a, b) =>
     a - b
@@ -196,6 +206,7 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
       commitMsMax: durations.length > 0 ? round(durations[durations.length - 1]) : null,
       worstUnconfirmedWindowMs: windows.length > 0 ? round(Math.max(...windows)) : null,
       terminalFailures: evidence.failures.length,
+      selfRestarts: evidence.selfRestarts.length,
     },
     producer: { issued: acks.maxJob, retries: acks.retries, incarnations: acks.incarnations },
     drain: given.drain,

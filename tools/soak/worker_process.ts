@@ -8,12 +8,13 @@
  * bindings: the verifier uses them to tell a job that ran before its worker could know of a
  * fault from one that ran after its binding ended.
  *
- * Which endpoint runs a job: `connectWorker` gives every endpoint the same handler, and a
- * `Delivery` does not name its endpoint. Each endpoint has its own socket, so a thin `WebSocket`
- * subclass reads the traffic (it changes nothing): the `register` frame names the socket's
- * endpoint and each `jobs` frame says which MessageID arrived at which sequence. The handler looks
- * its delivery up by MessageID and sequence, and remembers the answer for the delivery's
- * `signal`, which is the endpoint's own.
+ * A thin `WebSocket` subclass reads each endpoint's traffic (it changes nothing):
+ * - the `register` frame names the socket's endpoint, and each `jobs` frame says which MessageID
+ *   arrived at which sequence. `connectWorker` gives every endpoint the same handler and a
+ *   `Delivery` does not name its endpoint: the handler looks its delivery up by MessageID and
+ *   sequence, and remembers the answer for the delivery's `signal`, which is the endpoint's own;
+ * - every `ack` and `request` is recorded (`sent`, with its cumulative confirmation) when it is
+ *   handed to the socket: when a finished job's confirmation left the worker, if it did.
  *
  * @module
  */
@@ -74,8 +75,16 @@ class TappedWebSocket extends WebSocket {
   }
 
   override send(data: string | ArrayBufferLike | Blob | ArrayBufferView): void {
-    if (typeof data === "string" && data.startsWith('{"type":"register"')) {
-      this.#endpoint = (JSON.parse(data) as { worker: string }).worker;
+    if (typeof data === "string") {
+      if (data.startsWith('{"type":"register"')) {
+        this.#endpoint = (JSON.parse(data) as { worker: string }).worker;
+      } else if (
+        this.#endpoint !== undefined &&
+        (data.startsWith('{"type":"ack"') || data.startsWith('{"type":"request"'))
+      ) {
+        const c = (JSON.parse(data) as { confirmed: number }).confirmed;
+        journal.write({ ev: "sent", ep: this.#endpoint, pid, c, t: wallClock() });
+      }
     }
     super.send(data);
   }
@@ -102,11 +111,12 @@ const connection = connectWorker({
   producer: config.producer,
   name: config.name,
   concurrency: config.concurrency,
-  WebSocket: config.concurrency > 1 ? TappedWebSocket : undefined,
+  WebSocket: TappedWebSocket,
   handler: async (delivery) => {
     const id = delivery.messageId;
     const ep = endpointOf(delivery);
-    journal.write({ ev: "start", id, ep, pid, b: bindings.get(ep) ?? "", t: wallClock() });
+    const b = bindings.get(ep) ?? "";
+    journal.write({ ev: "start", id, ep, pid, b, s: delivery.seq, t: wallClock() });
     await new Promise((resolve) => setTimeout(resolve, handlerDelay(config.seed, id)));
     journal.write({ ev: "end", id, ep, pid, t: wallClock() });
   },

@@ -18,6 +18,8 @@
  *   commit, which did not write it. j14 starts on w1 5 ms after the kill, before w1 sees its
  *   connection close (at 50,020); j15 starts after. The new controller (pid 101, spawned at
  *   50,010) delivers all of them again from 50,300.
+ * - After the restart, w1 sends j19's confirmation 20 ms before a TCP cut drops it; the grace runs
+ *   out and w2 runs j19 again.
  * - w3 (pid 203) finishes j16, starts j17 and is stopped 5 ms later, too briefly to be unbound,
  *   but SIGKILLed while stopped; w2 runs both again.
  * - j1 runs once; j2 was acknowledged and never ran.
@@ -206,6 +208,24 @@ function writeStory(j: Journals): void {
     j.run("w2", 202, "w2", "b2", n, 50_300 + i * 10, 50_305 + i * 10);
   }
 
+  // A TCP cut drops a confirmation on its way; the grace runs out and the job is requeued.
+  j.producer({ ev: "send", from: 19, to: 19, attempt: 1, t: 51_000 });
+  j.producer({ ev: "ack", from: 19, to: 19, t: 51_100 });
+  j.run("w1", 211, "w1", "b1", 19, 51_900, 51_950, 1);
+  j.worker("w1", 211, { ev: "sent", ep: "w1", c: 1, t: 51_980 });
+  fault("tcp-cut", "w1", 211, 52_000);
+  j.worker("w1", 211, { ev: "disconnected", ep: "w1", code: 1006, t: 52_001 });
+  j.controller(101, {
+    ev: "unbound",
+    session: "s2",
+    ep: "w1",
+    binding: "b1",
+    reason: "disconnected",
+    requeued: 1,
+    t: 53_000,
+  });
+  j.run("w2", 202, "w2", "b2", 19, 53_100, 53_110);
+
   // A SIGKILL while stopped: the worker's last chance to confirm was when the stop began.
   spawn("worker", "w3", 203, 55_000);
   j.attach("w3", 203, 55_100, "s2", "b9");
@@ -237,16 +257,16 @@ test("the soak's verifier finds the lost job and tells each kind of duplicate ap
       },
       drain: { complete: true, remaining: 0, ms: 0 },
     });
-    assert.equal(summary.accepted, 18);
-    assert.equal(summary.ran, 17);
+    assert.equal(summary.accepted, 19);
+    assert.equal(summary.ran, 18);
     assert.equal(summary.lost, 1);
     assert.deepEqual(summary.lostExamples, ["j2"]);
     const { byFault: _, ...causes } = summary.duplicates;
     assert.deepEqual(causes, {
-      total: 16,
+      total: 17,
       // j3 (killed), j6 (frozen), j7 and j14 (started before the worker could know), j17
       running: 5,
-      "ack-delay": 3, // j4, j10, j16
+      "ack-delay": 4, // j4, j10, j16, j19
       "unconfirmed-at-controller-kill": 1, // j11
       avoidable: 7, // j5, j8, j9, j12, j13, j15, j18
     });
@@ -265,7 +285,7 @@ test("the soak's verifier finds the lost job and tells each kind of duplicate ap
     assert.equal(summary.faults.byKind["worker-stop"], 3);
     assert.equal(summary.observations.stopsThatUnbound, 1);
     assert.equal(summary.ok, false);
-    assert.match(summaryLine(summary), /lost 1, duplicates 16 .*avoidable 7\)/);
+    assert.match(summaryLine(summary), /lost 1, duplicates 17 .*avoidable 7\)/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

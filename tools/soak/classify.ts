@@ -13,8 +13,10 @@
  * of a SIGCONT, or in the tens of milliseconds a killed controller's sockets take to close). Such
  * a late starter is a duplicate by itself, whether it started before or after the redelivery.
  *
- * **ack-delay** — the handler finished less than the ack delay (`--ack-delay`, default 10 ms)
- * before F: a worker may hold a confirmation that long, so it may not have left yet.
+ * **ack-delay** — the confirmation had not reached the controller when F came: the handler
+ * finished less than the ack delay (`--ack-delay`, default 10 ms) before F (a worker may hold a
+ * confirmation that long), or, F being a TCP cut, the worker sent it less than `TRANSIT_MS`
+ * before (the cut dropped it on its way).
  *
  * **unconfirmed-at-controller-kill** — F killed the controller that delivered the run after the
  * run's confirmation had left its worker, and that confirmation was not durable. Both ends are
@@ -224,6 +226,7 @@ export class Classifier {
       noticeable: boolean,
       kill?: ControllerKill,
     ) => {
+      const cut = fault.kind === "tcp-cut";
       const stop = faults?.stops.find((stop) => stop.from <= t && stop.to >= t);
       const last = stop ? stop.from : t;
       if (start <= t + S && (!ended || end >= last - S)) return consider("running", fault, at);
@@ -236,6 +239,12 @@ export class Classifier {
         return consider("unconfirmed-at-controller-kill", fault, at);
       }
       if (end >= last - ackDelay - S && end < last - S) return consider("ack-delay", fault, at);
+      if (cut) {
+        const sent = runs.confirmationSent(run);
+        if (sent !== undefined && sent >= t - TRANSIT_MS && sent < t + S) {
+          return consider("ack-delay", fault, at); // the cut dropped it on its way
+        }
+      }
     };
 
     for (const fault of faults?.kills ?? []) hit(fault, fault.t, fault.t, false);

@@ -9,6 +9,8 @@
  * @module
  */
 
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import { parseOptions, USAGE } from "./options.ts";
 import { runSoak, verifyKept } from "./orchestrator.ts";
 import { summaryLine } from "./summary.ts";
@@ -27,6 +29,10 @@ async function main(args: string[]): Promise<number> {
     return 0;
   }
   if (options.verify !== undefined) {
+    if (!existsSync(join(options.verify, "settings.json"))) {
+      console.error(`Cannot verify: ${options.verify} holds no soak (no settings.json)`);
+      return 2;
+    }
     const summary = verifyKept(options.verify);
     console.log(summaryLine(summary));
     return summary.ok ? 0 : 1;
@@ -52,7 +58,9 @@ async function main(args: string[]): Promise<number> {
     return summary.ok ? 0 : 1;
   } catch (error) {
     if (abort.signal.aborted) return 130;
-    console.error("soak: failed to run:", error);
+    const message = error instanceof Error ? error.message : String(error);
+    // A refusal to start is explained by its message; anything else needs its stack.
+    console.error(message.startsWith("Cannot start") ? message : error);
     return 1;
   } finally {
     Deno.removeSignalListener("SIGINT", onSignal);

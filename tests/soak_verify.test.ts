@@ -22,6 +22,8 @@
  *   out and w2 runs j19 again.
  * - w3 (pid 203) finishes j16, starts j17 and is stopped 5 ms later, too briefly to be unbound,
  *   but SIGKILLed while stopped; w2 runs both again.
+ * - w4 (pid 204) finishes j20 45 ms before it is SIGKILLed, its event loop stalled for 36 ms of
+ *   them: within the ack delay of the time it could run.
  * - j1 runs once; j2 was acknowledged and never ran.
  */
 
@@ -238,6 +240,17 @@ function writeStory(j: Journals): void {
   exit("worker", "w3", 203, 62_005);
   j.run("w2", 202, "w2", "b2", 16, 62_200, 62_210);
   j.run("w2", 202, "w2", "b2", 17, 62_210, 62_220);
+
+  // A worker whose event loop stalled after a job: the ack delay counts only while it could run.
+  spawn("worker", "w4", 204, 63_000);
+  j.attach("w4", 204, 63_100, "s2", "b11");
+  j.producer({ ev: "send", from: 20, to: 20, attempt: 1, t: 63_200 });
+  j.producer({ ev: "ack", from: 20, to: 20, t: 63_300 });
+  j.run("w4", 204, "w4", "b11", 20, 63_900, 63_950, 1);
+  j.worker("w4", 204, { ev: "stall", ms: 36, t: 63_990 });
+  fault("worker-kill", "w4", 204, 63_995);
+  exit("worker", "w4", 204, 64_000);
+  j.run("w2", 202, "w2", "b2", 20, 64_100, 64_110);
 }
 
 test("the soak's verifier finds the lost job and tells each kind of duplicate apart", () => {
@@ -257,16 +270,16 @@ test("the soak's verifier finds the lost job and tells each kind of duplicate ap
       },
       drain: { complete: true, remaining: 0, ms: 0 },
     });
-    assert.equal(summary.accepted, 19);
-    assert.equal(summary.ran, 18);
+    assert.equal(summary.accepted, 20);
+    assert.equal(summary.ran, 19);
     assert.equal(summary.lost, 1);
     assert.deepEqual(summary.lostExamples, ["j2"]);
     const { byFault: _, ...causes } = summary.duplicates;
     assert.deepEqual(causes, {
-      total: 17,
+      total: 18,
       // j3 (killed), j6 (frozen), j7 and j14 (started before the worker could know), j17
       running: 5,
-      "ack-delay": 4, // j4, j10, j16, j19
+      "ack-delay": 5, // j4, j10, j16, j19, j20
       "unconfirmed-at-controller-kill": 1, // j11
       avoidable: 7, // j5, j8, j9, j12, j13, j15, j18
     });
@@ -285,7 +298,7 @@ test("the soak's verifier finds the lost job and tells each kind of duplicate ap
     assert.equal(summary.faults.byKind["worker-stop"], 3);
     assert.equal(summary.observations.stopsThatUnbound, 1);
     assert.equal(summary.ok, false);
-    assert.match(summaryLine(summary), /lost 1, duplicates 17 .*avoidable 7\)/);
+    assert.match(summaryLine(summary), /lost 1, duplicates 18 .*avoidable 7\)/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

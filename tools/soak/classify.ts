@@ -15,8 +15,9 @@
  *
  * **ack-delay** — the confirmation had not reached the controller when F came: the handler
  * finished less than the ack delay (`--ack-delay`, default 10 ms) before F (a worker may hold a
- * confirmation that long), or, F being a TCP cut, the worker sent it less than `TRANSIT_MS`
- * before (the cut dropped it on its way).
+ * confirmation that long; time its event loop was stalled, as it records, does not count), or, F
+ * being a TCP cut, the worker sent it less than `TRANSIT_MS` before (the cut dropped it on its
+ * way).
  *
  * **unconfirmed-at-controller-kill** — F killed the controller that delivered the run after the
  * run's confirmation had left its worker, and that confirmation was not durable. Both ends are
@@ -238,7 +239,9 @@ export class Classifier {
       if (kill && this.#notDurable(run, kill, last)) {
         return consider("unconfirmed-at-controller-kill", fault, at);
       }
-      if (end >= last - ackDelay - S && end < last - S) return consider("ack-delay", fault, at);
+      // The ack delay counts only while the worker could run: stalls of its event loop extend it.
+      const held = ackDelay + runs.stalled(endpoint.pid, end, last);
+      if (end >= last - held - S && end < last - S) return consider("ack-delay", fault, at);
       if (cut) {
         const sent = runs.confirmationSent(run);
         if (sent !== undefined && sent >= t - TRANSIT_MS && sent < t + S) {

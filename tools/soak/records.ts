@@ -142,7 +142,9 @@ export type WorkerRecord =
   | { ev: "start"; id: string; ep: string; pid: number; b: string; s: number; t: number }
   | { ev: "end"; id: string; ep: string; pid: number; t: number }
   /** An `ack` or `request` confirming up to sequence `c` was handed to the socket. */
-  | { ev: "sent"; ep: string; pid: number; c: number; t: number };
+  | { ev: "sent"; ep: string; pid: number; c: number; t: number }
+  /** The process's timers could not run for `ms` before `t` (its event loop was held up). */
+  | { ev: "stall"; pid: number; ms: number; t: number };
 
 /** Where the journals of a soak live. */
 export class SoakPaths {

@@ -67,6 +67,8 @@ export class Runs {
   #first = new Int32Array(1024).fill(-1);
   readonly more = new Map<number, number[]>();
   readonly endpoints: Endpoint[] = [];
+  /** Each worker process's event-loop stalls, in order: [from, to] pairs. */
+  readonly #stalls = new Map<number, number[]>();
   readonly sessions: string[] = [];
   readonly #sessionIndex = new Map<string, number>();
   /** Lines whose MessageID is not one of the soak's. */
@@ -130,6 +132,18 @@ export class Runs {
   /** Whether job `n` has a run that ended. */
   ran(n: number): boolean {
     return this.runsOf(n).some((run) => !Number.isNaN(this.end(run)));
+  }
+
+  /** How long, within [from, to], worker process `pid` could not run its timers, ms. */
+  stalled(pid: number, from: number, to: number): number {
+    const stalls = this.#stalls.get(pid);
+    if (!stalls || to <= from) return 0;
+    let total = 0;
+    for (let i = 0; i < stalls.length; i += 2) {
+      if (stalls[i] >= to) break;
+      total += Math.max(0, Math.min(stalls[i + 1], to) - Math.max(stalls[i], from));
+    }
+    return total;
   }
 
   /** Job numbers with more than one run. */
@@ -218,6 +232,12 @@ export class Runs {
           endpointOf(ep, pid).bindings.push({ t, session, binding: r.binding as string });
           currentSession.set(ep, this.#internSession(session));
           currentBinding.set(ep, `${session} ${r.binding}`);
+          break;
+        }
+        case "stall": {
+          const list = this.#stalls.get(pid) ?? [];
+          list.push(t - (r.ms as number), t);
+          this.#stalls.set(pid, list);
           break;
         }
         case "sent": {

@@ -19,7 +19,7 @@
 import { Child, type ChildExit, type ChildSpec } from "./child.ts";
 import { type Journal, wallClock } from "./journal.ts";
 import type { WorkerProxy } from "./proxy.ts";
-import type { Role, Runtime, SoakPaths, SoakRecord } from "./records.ts";
+import type { Runtime, SoakPaths, SoakRecord } from "./records.ts";
 
 /** One worker process slot. */
 export interface WorkerSlot {
@@ -31,15 +31,6 @@ export interface WorkerSlot {
   child: Child | undefined;
   /** The pending SIGCONT of a stopped worker. */
   resume: ReturnType<typeof setTimeout> | undefined;
-}
-
-/** A crash: a process that exited without being told to. */
-export interface Crash {
-  readonly role: Role;
-  readonly name: string;
-  readonly pid: number;
-  readonly code: number | null;
-  readonly signal: string | null;
 }
 
 /** What the cluster needs to start its processes. */
@@ -68,7 +59,6 @@ const module = (name: string) => new URL(`./${name}`, import.meta.url).pathname;
 /** The soak's processes. */
 export class Cluster {
   readonly workers: ReadonlyMap<string, WorkerSlot>;
-  readonly crashes: Crash[] = [];
   controller: Child | undefined;
   producer: Child | undefined;
   #readyController: number | undefined;
@@ -268,7 +258,6 @@ export class Cluster {
         t: wallClock(),
       });
       if (expected) return;
-      this.crashes.push({ role: spec.role, name: spec.name, pid: child.pid, ...exit });
       this.#settings.log(
         `crash: ${spec.name} (pid ${child.pid}) exited with ${
           exit.signal ?? exit.code

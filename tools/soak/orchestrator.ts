@@ -60,6 +60,7 @@ export async function runSoak(
   signal: AbortSignal,
   log: (line: string) => void,
 ): Promise<SoakOutcome> {
+  const bun = findBun();
   const temporary = options.out === undefined;
   const out = options.out ?? mkdtempSync(join(tmpdir(), "workpull-soak-"));
   const paths = new SoakPaths(out);
@@ -70,7 +71,6 @@ export async function runSoak(
     mkdirSync(dir, { recursive: true });
   }
   mkdirSync(join(out, "kv"), { recursive: true });
-  const bun = findBun();
   const journal = new Journal(paths.soak);
   const proxies: WorkerProxy[] = [];
   let cluster: Cluster | undefined;

@@ -151,7 +151,7 @@ export class Runs {
     yield* this.more.keys();
   }
 
-  /** Run indices whose session is `session`. */
+  /** The index of `session` in `sessions` (what `sessionColumn` holds), if any run had it. */
   sessionIndex(session: string): number | undefined {
     return this.#sessionIndex.get(session);
   }

@@ -19,13 +19,17 @@ import type { FaultKind } from "./records.ts";
 export interface AvoidableExample {
   readonly messageId: string;
   readonly diagnosis: string;
-  /** The duplicate and the run before it: endpoint, pid, binding, start, end. */
+  /**
+   * The run before the duplicate, and the duplicate: endpoint, pid, `session/binding`, start,
+   * end, and when the worker sent its confirmation (epoch ms; null: never, or never ended).
+   */
   readonly runs: readonly {
     endpoint: string;
     pid: number;
     binding: string;
     start: number;
     end: number | null;
+    confirmationSent: number | null;
   }[];
 }
 

@@ -27,7 +27,8 @@ export interface VerifySettings {
   readonly drain: Summary["drain"];
 }
 
-const EXAMPLES = 20;
+/** Avoidable duplicates shown per diagnosis. */
+const EXAMPLES = 5;
 const LOST_EXAMPLES = 20;
 
 /** Verify the journals under `paths`. */
@@ -74,7 +75,7 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
       }
       const diagnosis = classifier.diagnose(duplicate.run, duplicate.previous, acks);
       byDiagnosis[diagnosis] = (byDiagnosis[diagnosis] ?? 0) + 1;
-      if (examples.length < EXAMPLES) {
+      if (byDiagnosis[diagnosis] <= EXAMPLES) {
         examples.push({
           messageId: messageId(n),
           diagnosis,
@@ -84,6 +85,7 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
             binding: `${runs.session(run)?.slice(0, 8) ?? "?"}/${runs.binding(run)}`,
             start: runs.start(run),
             end: Number.isNaN(runs.end(run)) ? null : runs.end(run),
+            confirmationSent: runs.confirmationSent(run) ?? null,
           })),
         });
       }

@@ -75,6 +75,8 @@ export class Runs {
   foreign = 0;
   /** `end` lines without a matching `start`. */
   unmatchedEnds = 0;
+  /** Endpoints whose registration was refused for good (`refused` lines). */
+  refused = 0;
 
   job(run: number): number {
     return this.#job.data[run];
@@ -234,6 +236,9 @@ export class Runs {
           currentBinding.set(ep, `${session} ${r.binding}`);
           break;
         }
+        case "refused":
+          this.refused += 1;
+          break;
         case "stall": {
           const list = this.#stalls.get(pid) ?? [];
           list.push(t - (r.ms as number), t);

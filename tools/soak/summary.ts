@@ -81,6 +81,8 @@ export interface Summary {
     readonly stops: number;
     /** Stops long enough for the controller to end a binding of the stopped worker. */
     readonly stopsThatUnbound: number;
+    /** Worker endpoints that stopped for good after their registration was refused. */
+    readonly endpointsRefused: number;
   };
   readonly faults: { readonly total: number; readonly byKind: Record<FaultKind, number> };
   readonly restarts: {

@@ -193,6 +193,7 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
       runsWhileDisconnected: whileDisconnected,
       stops: stops.length,
       stopsThatUnbound,
+      endpointsRefused: runs.refused,
     },
     faults: { total: evidence.faults.length, byKind },
     restarts: {

@@ -131,6 +131,12 @@ connection.addEventListener("disconnected", (event) => {
   journal.write({ ev: "disconnected", ep: event.endpoint, pid, code: event.code, t: wallClock() });
 });
 for (const endpoint of connection.endpoints) {
+  // A client that stops an endpoint for good on a refused registration says so with "refused"
+  // (a plain listener: older clients never send it).
+  (endpoint as EventTarget).addEventListener("refused", (event) => {
+    const error = (event as Event & { error?: unknown }).error;
+    journal.write({ ev: "refused", ep: endpoint.name, pid, error: String(error), t: wallClock() });
+  });
   endpoint.addEventListener("bound", (event) => {
     bindings.set(endpoint.name, event.binding);
     journal.write({

@@ -9,9 +9,10 @@
  *
  * **running** — the handler was running when F hit its worker: it started before F and had not
  * finished by then; or it started after F but before its endpoint could know, that is before the
- * endpoint recorded the disconnection F caused (a job taken from the buffer in the event-loop turn
- * of a SIGCONT, or in the tens of milliseconds a killed controller's sockets take to close). Such
- * a late starter is a duplicate by itself, whether it started before or after the redelivery.
+ * endpoint recorded the disconnection F caused or the controller's word that its binding ended (a
+ * job taken from the buffer in the event-loop turn of a SIGCONT, or in the tens of milliseconds a
+ * killed controller's sockets take to close). Such a late starter is a duplicate by itself,
+ * whether it started before or after the redelivery.
  *
  * **ack-delay** — the confirmation had not reached the controller when F came: the handler
  * finished less than the ack delay (`--ack-delay`, default 10 ms) before F (a worker may hold a
@@ -289,11 +290,11 @@ export class Classifier {
   }
 
   /**
-   * When `endpoint` noticed a disconnection caused at `t`: its first `disconnected` record from
-   * `t` on, if within `NOTICE_WINDOW_MS` of `from`; otherwise `t`.
+   * When `endpoint` noticed a fault at `t`: its first disconnection, or `unbound` or `reset` frame,
+   * from `t` on, if within `NOTICE_WINDOW_MS` of `from`; otherwise `t`.
    */
   #notice(endpoint: Endpoint, t: number, from: number): number {
-    const d = endpoint.disconnects.find((time) => time >= t - CLOCK_SLACK_MS);
+    const d = endpoint.notices.find((time) => time >= t - CLOCK_SLACK_MS);
     return d !== undefined && d <= from + NOTICE_WINDOW_MS ? d : t;
   }
 

@@ -143,6 +143,8 @@ export type WorkerRecord =
   | { ev: "end"; id: string; ep: string; pid: number; t: number }
   /** An `ack` or `request` confirming up to sequence `c` was handed to the socket. */
   | { ev: "sent"; ep: string; pid: number; c: number; t: number }
+  /** The controller told the endpoint its binding ended (an `unbound` or `reset` frame). */
+  | { ev: "told"; ep: string; pid: number; what: "unbound" | "reset"; t: number }
   /** The endpoint's registration was refused and it stopped for good. */
   | { ev: "refused"; ep: string; pid: number; error: string; t: number }
   /** The process's timers could not run for `ms` before `t` (its event loop was held up). */

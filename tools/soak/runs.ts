@@ -26,6 +26,11 @@ export interface Endpoint {
   readonly name: string;
   /** Times of `disconnected` records, in order. */
   readonly disconnects: number[];
+  /**
+   * When the endpoint learned that its binding may have ended: its disconnections, and the
+   * controller's `unbound` and `reset` frames, in order.
+   */
+  readonly notices: number[];
   /** Times of `connected` records, in order. */
   readonly connects: number[];
   /** Bindings adopted, in order. */
@@ -182,6 +187,7 @@ export class Runs {
           worker,
           name,
           disconnects: [],
+          notices: [],
           connects: [],
           bindings: [],
           sent: { t: [], confirmed: [], binding: [] },
@@ -228,6 +234,10 @@ export class Runs {
           break;
         case "disconnected":
           endpointOf(ep, pid).disconnects.push(t);
+          endpointOf(ep, pid).notices.push(t);
+          break;
+        case "told":
+          endpointOf(ep, pid).notices.push(t);
           break;
         case "bound": {
           const session = r.session as string;

@@ -14,7 +14,9 @@
  *   `Delivery` does not name its endpoint: the handler looks its delivery up by MessageID and
  *   sequence, and remembers the answer for the delivery's `signal`, which is the endpoint's own;
  * - every `ack` and `request` is recorded (`sent`, with its cumulative confirmation) when it is
- *   handed to the socket: when a finished job's confirmation left the worker, if it did.
+ *   handed to the socket: when a finished job's confirmation left the worker, if it did;
+ * - an `unbound` or `reset` frame is recorded (`told`): the controller telling the endpoint that
+ *   its binding ended while the link stays up.
  *
  * It also records its event-loop stalls (`stall`: a 5 ms tick that came at least 3 ms late).
  *
@@ -63,6 +65,12 @@ class TappedWebSocket extends WebSocket {
     this.addEventListener("message", (event) => {
       const data = (event as MessageEvent).data;
       if (this.#endpoint === undefined || typeof data !== "string") return;
+      if (data.startsWith('{"type":"unbound"') || data.startsWith('{"type":"reset"')) {
+        // The controller tells the endpoint its binding ended while the link stays up.
+        const what = data.startsWith('{"type":"unbound"') ? "unbound" : "reset";
+        journal.write({ ev: "told", ep: this.#endpoint, pid, what, t: wallClock() });
+        return;
+      }
       if (!data.startsWith('{"type":"jobs"')) return;
       const frame = JSON.parse(data) as { seq: number; jobs: { id: string }[] };
       frame.jobs.forEach((job, i) => arrivals.set(`${job.id} ${frame.seq + i}`, this.#endpoint!));

@@ -366,13 +366,13 @@ export class Classifier {
       const resent = batch !== undefined &&
         (acks.attempts.get(batch) ?? []).some((t) => t > kill.fault.t && t < start);
       if (resent) {
-        return "it finished before a controller kill; the producer resubmitted it after the restart";
+        return "finished before a controller kill; the producer resubmitted it after the restart";
       }
       if (this.appliedBefore(previous, kill) !== undefined) {
         return "the controller applied its confirmation before its last commit but never wrote it";
       }
       if (sent !== undefined && sent < kill.fault.t) {
-        return "its confirmation left the worker well before a controller kill and was never applied";
+        return "its confirmation left the worker well before a controller kill, never applied";
       }
       return "its worker still held its confirmation at a controller kill, long after it finished";
     }

@@ -23,14 +23,13 @@
  * **unconfirmed-at-controller-kill** — F killed the controller that delivered the run after the
  * run's confirmation had left its worker, and that confirmation was not durable. Both ends are
  * journaled: the worker records each `ack` and `request` it hands to its socket, the controller
- * each confirmation it applies and each durable commit. The confirmation was not durable when the
- * controller applied it after B, the start of its last commit that completed before the kill
- * (walking back past commits that may have left queued confirmations out: those at the queue's
- * operation limit, and retried ones), since a commit carries every confirmation applied before it
- * started; or when the controller had not applied it yet, the worker having sent it at most
- * `TRANSIT_MS` before the last confirmation the controller applied (still on its way: a controller
- * that stalls before it dies leaves everything sent meanwhile in flight). One applied before B,
- * or sent earlier and never applied, is not excused.
+ * each confirmation it applies and each durable commit. A confirmation the controller applied
+ * after B, the start of its last completed commit (walking back past commits that may have left
+ * queued confirmations out: those at the queue's operation limit, and retried ones), was not yet
+ * written, since a commit carries every confirmation applied before it started; one it never
+ * applied was still on its way or waiting to be read (a controller busy with a backlog reads
+ * some sockets late; nothing could have saved such a confirmation). One applied before B is not
+ * excused: the controller should have written it.
  *
  * The faults F of a run: a SIGKILL of its worker process; a SIGSTOP of it long enough that the
  * controller ended the endpoint's binding (the controller's journal shows the unbinding during the
@@ -56,7 +55,7 @@ import type { Endpoint, Runs } from "./runs.ts";
 
 /** Clock differences between the soak's processes, ms. */
 export const CLOCK_SLACK_MS = 2;
-/** An ack's trip from a worker's socket through the proxy into the controller, at most, ms. */
+/** How long a confirmation may still be on its way through the proxy when a cut drops it, ms. */
 export const TRANSIT_MS = 50;
 /** An endpoint notices a fault's disconnection within this long (after its SIGCONT), ms. */
 export const NOTICE_WINDOW_MS = 1000;
@@ -92,8 +91,6 @@ export interface ControllerKill {
   readonly sessions: ReadonlySet<string>;
   /** Confirmations that reached the controller after this were not durable at the kill. */
   readonly durableBefore: number;
-  /** When it applied its last confirmation before the kill (its spawn if none). */
-  readonly lastApplied: number;
 }
 
 /** Applies the rules to the runs of one soak. */
@@ -144,12 +141,7 @@ export class Classifier {
           sessions: new Set(evidence.sessions.get(fault.pid) ?? []),
           durableBefore: durableBoundary(
             evidence.commits.get(fault.pid) ?? [],
-            fault.t,
             spawnOf.get(fault.pid) ?? fault.t,
-          ),
-          lastApplied: Math.min(
-            fault.t,
-            evidence.lastApplied.get(fault.pid) ?? spawnOf.get(fault.pid) ?? fault.t,
           ),
         });
         continue;
@@ -270,23 +262,21 @@ export class Classifier {
   /**
    * Whether the confirmation of `run` had left its worker before `kill` (the worker could last
    * act at `last`) and was not durable: the controller applied it after the start of its last
-   * completed commit, or had not applied it yet, the worker having sent it at most `TRANSIT_MS`
-   * before the controller applied its last confirmation (a controller that stalled before it
-   * died left everything sent meanwhile on its way).
+   * completed commit, or never applied it (it was still on its way, or waiting to be read).
    */
   #notDurable(run: number, kill: ControllerKill, last: number): boolean {
-    const applied = this.appliedBefore(run, kill);
+    const applied = this.appliedBy(run, kill);
     if (applied !== undefined) return applied >= kill.durableBefore;
     const sent = this.#runs.confirmationSent(run);
-    return sent !== undefined && sent < last + CLOCK_SLACK_MS &&
-      sent >= kill.lastApplied - TRANSIT_MS;
+    return sent !== undefined && sent < last + CLOCK_SLACK_MS;
   }
 
-  /** When the controller killed by `kill` applied the confirmation of `run`'s job, if it did. */
-  appliedBefore(run: number, kill: ControllerKill): number | undefined {
-    return this.#applied.get(this.#runs.job(run))?.find((a) =>
-      a.pid === kill.fault.pid && a.t < kill.fault.t
-    )?.t;
+  /**
+   * When the controller killed by `kill` applied the confirmation of `run`'s job, if it did
+   * (anything in a dead controller's journal happened before it died).
+   */
+  appliedBy(run: number, kill: ControllerKill): number | undefined {
+    return this.#applied.get(this.#runs.job(run))?.find((a) => a.pid === kill.fault.pid)?.t;
   }
 
   /**
@@ -368,7 +358,7 @@ export class Classifier {
       if (resent) {
         return "finished before a controller kill; the producer resubmitted it after the restart";
       }
-      if (this.appliedBefore(previous, kill) !== undefined) {
+      if (this.appliedBy(previous, kill) !== undefined) {
         return "the controller applied its confirmation before its last commit but never wrote it";
       }
       if (sent !== undefined && sent < kill.fault.t) {
@@ -392,16 +382,12 @@ export class Classifier {
 }
 
 /**
- * The start of the last commit of a controller that completed before `killedAt`, walking back
- * past commits big enough to have left confirmations for the next one; `spawnedAt` when none.
+ * The start of a killed controller's last completed commit (every commit in its journal
+ * completed before it died), walking back past commits that may have left queued confirmations
+ * for the next one; `spawnedAt` when none.
  */
-export function durableBoundary(
-  commits: readonly Commit[],
-  killedAt: number,
-  spawnedAt: number,
-): number {
+export function durableBoundary(commits: readonly Commit[], spawnedAt: number): number {
   let i = commits.length - 1;
-  while (i >= 0 && commits[i].e >= killedAt) i--;
   while (i >= 0 && commits[i].full) i--;
   return i >= 0 ? commits[i].s : spawnedAt;
 }

@@ -79,8 +79,6 @@ export interface Evidence {
   readonly selfRestarts: { pid: number; session: string; t: number }[];
   /** When each controller pid applied a confirmation of a job, for the jobs asked about. */
   readonly applied: Map<number, { pid: number; t: number }[]>;
-  /** When each controller pid applied its last confirmation (of any job). */
-  readonly lastApplied: Map<number, number>;
 }
 
 /** What the producer got acknowledged. */
@@ -116,7 +114,6 @@ export function readEvidence(paths: SoakPaths, jobs: ReadonlySet<number> = new S
     failures: [],
     selfRestarts: [],
     applied: new Map(),
-    lastApplied: new Map(),
   };
   readJournal(paths.soak, (r) => {
     if (r.ev === "spawn") evidence.spawns.push(r as unknown as Spawn);
@@ -150,7 +147,6 @@ export function readEvidence(paths: SoakPaths, jobs: ReadonlySet<number> = new S
           push(evidence.commits, pid, r as unknown as Commit);
           break;
         case "confirmed": {
-          evidence.lastApplied.set(pid, r.t as number);
           const n = jobNumber(r.id as string);
           if (jobs.has(n)) push(evidence.applied, n, { pid, t: r.t as number });
           break;

@@ -1,0 +1,81 @@
+/**
+ * The chaos soak, for one minute at 300 jobs/s (`tools/soak/main.ts`): a controller process on a
+ * Deno KV file, two Deno and two Bun worker processes behind TCP proxies, a producer process over
+ * `POST /jobs`, and seeded faults every 1–5 s. It must lose nothing, drain, crash nothing, inject
+ * every kind of fault, and leave no duplicate that a fault does not explain.
+ *
+ * Runs under `deno test` only: the soak is a Deno program that starts its own Bun workers. The
+ * soak runs in its own process group, so that whatever happens every process it started is
+ * killed at the end (a SIGKILL reaches stopped processes too).
+ */
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import process from "node:process";
+import { FAULT_KINDS } from "../tools/soak/records.ts";
+import type { Summary } from "../tools/soak/summary.ts";
+import { within } from "./support/waiting.ts";
+
+const root = new URL("..", import.meta.url).pathname;
+const RATE = 300;
+
+test("a one-minute chaos soak loses nothing and has no avoidable duplicate", {
+  skip: "Deno" in globalThis
+    ? false
+    : "runs under deno test only: the soak is a Deno program and starts its own Bun workers",
+}, async () => {
+  const out = mkdtempSync(join(tmpdir(), "workpull-soak-test-"));
+  const soak = spawn(Deno.execPath(), [
+    "run",
+    "-A",
+    "--unstable-kv",
+    "tools/soak/main.ts",
+    "--minutes",
+    "1",
+    "--rate",
+    String(RATE),
+    "--seed",
+    "1",
+    "--out",
+    out,
+  ], { cwd: root, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  let stdout = "";
+  let stderr = "";
+  soak.stdout!.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+  soak.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  const exited = new Promise<number | null>((resolve) => soak.on("exit", (code) => resolve(code)));
+  try {
+    const code = await within(exited, "the one-minute soak to finish", 4 * 60_000);
+    assert.ok(existsSync(join(out, "summary.json")), `no summary.json\n${stdout}\n${stderr}`);
+    const summary: Summary = JSON.parse(readFileSync(join(out, "summary.json"), "utf8"));
+    const context = `${stdout}\n${stderr.split("\n").slice(-30).join("\n")}`;
+    assert.ok(summary.accepted >= RATE * 60 * 0.8, `too few jobs accepted\n${context}`);
+    assert.equal(summary.lost, 0, `lost ${summary.lostExamples.join(", ")}\n${context}`);
+    assert.equal(summary.ran, summary.accepted);
+    assert.equal(summary.drain.complete, true, context);
+    assert.deepEqual(summary.crashes, [], context);
+    for (const kind of FAULT_KINDS) {
+      assert.ok(summary.faults.byKind[kind] > 0, `no ${kind} fault\n${context}`);
+    }
+    assert.ok(summary.restarts.count > 0 && summary.restarts.withoutDelivery === 0, context);
+    assert.equal(
+      summary.duplicates.avoidable,
+      0,
+      `avoidable duplicates: ${JSON.stringify(summary.avoidable, null, 1)}\n${context}`,
+    );
+    assert.equal(code, 0, context);
+    assert.match(stdout, /^soak: \d+ accepted, \d+ ran, lost 0, .* — ok\n$/);
+  } finally {
+    try {
+      process.kill(-soak.pid!, "SIGKILL"); // the soak's whole process group
+    } catch {
+      // Already gone.
+    }
+    await within(exited, "the soak to be reaped");
+    rmSync(out, { recursive: true, force: true });
+  }
+});

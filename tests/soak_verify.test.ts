@@ -1,0 +1,305 @@
+/**
+ * The soak's verifier on hand-written journals: one job per rule, so that each way a duplicate
+ * can be excused (or not) is checked on its own. Runs under Deno and Bun (the verifier reads files
+ * with `node:fs` only).
+ *
+ * The story, on one clock (ms after T0):
+ * - w1 (pid 201) is SIGKILLed at 10,000 while running j3, 5 ms after finishing j4, 500 ms after
+ *   finishing j5; w2 runs all three again.
+ * - w2 (pid 202) is SIGSTOPped from 20,000 to 29,000; the controller ends its binding at 28,000.
+ *   j6 was frozen mid-run. j7 and j8 were in its buffer: w1 runs them; after the SIGCONT w2 also
+ *   runs j7 (before it reads the close) and j8 (after).
+ * - w1's restart (pid 211) is stopped from 40,000 to 43,000 while running j9: the controller keeps
+ *   its binding, yet j9 runs again.
+ * - The controller (pid 100) is SIGKILLed at 50,000; its last commit that completed began at
+ *   49,992. j10 finished 5 ms before the kill, j11 40 ms (its confirmation sent 38 ms before the
+ *   kill, still on its way), j12 and j13 500 ms and more, never confirmed (j13's batch is
+ *   resubmitted after the restart); the controller applied j18's confirmation before its last
+ *   commit, which did not write it. j14 starts on w1 5 ms after the kill, before w1 sees its
+ *   connection close (at 50,020); j15 starts after. The new controller (pid 101, spawned at
+ *   50,010) delivers all of them again from 50,300.
+ * - After the restart, w1 sends j19's confirmation 20 ms before a TCP cut drops it; the grace runs
+ *   out and w2 runs j19 again.
+ * - w3 (pid 203) finishes j16, starts j17 and is stopped 5 ms later, too briefly to be unbound,
+ *   but SIGKILLed while stopped; w2 runs both again.
+ * - w4 (pid 204) finishes j20 45 ms before it is SIGKILLed, its event loop stalled for 36 ms of
+ *   them: within the ack delay of the time it could run.
+ * - j1 runs once; j2 was acknowledged and never ran.
+ */
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { appendFileSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { SoakPaths } from "../tools/soak/records.ts";
+import { summaryLine } from "../tools/soak/summary.ts";
+import { verify } from "../tools/soak/verify.ts";
+
+const T0 = 1_700_000_000_000;
+
+class Journals {
+  readonly paths: SoakPaths;
+  constructor(readonly dir: string) {
+    this.paths = new SoakPaths(dir);
+    for (const sub of [this.paths.controllers, this.paths.producers, this.paths.workers]) {
+      mkdirSync(sub, { recursive: true });
+    }
+  }
+  #write(path: string, record: Record<string, unknown>) {
+    const t = record.t as number | undefined;
+    appendFileSync(
+      path,
+      JSON.stringify(t === undefined ? record : { ...record, t: T0 + t }) + "\n",
+    );
+  }
+  soak(record: Record<string, unknown>) {
+    this.#write(this.paths.soak, record);
+  }
+  controller(pid: number, record: Record<string, unknown>) {
+    const at = (
+      key: "s" | "e",
+    ) => (record[key] === undefined ? {} : { [key]: T0 + (record[key] as number) });
+    this.#write(join(this.paths.controllers, `${pid}.jsonl`), {
+      pid,
+      ...record,
+      ...at("s"),
+      ...at("e"),
+    });
+  }
+  producer(record: Record<string, unknown>) {
+    this.#write(join(this.paths.producers, "300.jsonl"), record);
+  }
+  worker(name: string, pid: number, record: Record<string, unknown>) {
+    this.#write(join(this.paths.workers, `${name}.${pid}.jsonl`), { pid, ...record });
+  }
+  /** A handler run of job `n`; its sequence in binding `b` is `seq` (default: `n`). */
+  run(
+    name: string,
+    pid: number,
+    ep: string,
+    b: string,
+    n: number,
+    start: number,
+    end?: number,
+    seq = n,
+  ) {
+    this.worker(name, pid, { ev: "start", id: `j${n}`, ep, b, s: seq, t: start });
+    if (end !== undefined) this.worker(name, pid, { ev: "end", id: `j${n}`, ep, t: end });
+  }
+  attach(name: string, pid: number, connect: number, session: string, binding: string) {
+    this.worker(name, pid, { ev: "connected", ep: name, t: connect });
+    this.worker(name, pid, { ev: "bound", ep: name, session, binding, t: connect + 10 });
+  }
+}
+
+function writeStory(j: Journals): void {
+  const spawn = (role: string, name: string, pid: number, t: number) =>
+    j.soak({ ev: "spawn", role, name, runtime: "deno", pid, t });
+  const fault = (kind: string, target: string, pid: number, t: number, ms?: number) =>
+    j.soak({ ev: "fault", kind, target, pid, t, ...(ms === undefined ? {} : { ms }) });
+  const exit = (role: string, name: string, pid: number, t: number) =>
+    j.soak({ ev: "exit", role, name, pid, code: null, signal: "SIGKILL", expected: true, t });
+
+  j.soak({ ev: "phase", phase: "start", t: 0 });
+  spawn("controller", "controller", 100, 0);
+  j.controller(100, { ev: "ready", session: "s1", loaded: 0, t: 100 });
+  spawn("worker", "w1", 201, 50);
+  spawn("worker", "w2", 202, 50);
+  j.attach("w1", 201, 200, "s1", "b1");
+  j.attach("w2", 202, 200, "s1", "b2");
+  j.producer({ ev: "send", from: 1, to: 12, attempt: 1, t: 300 });
+  j.producer({ ev: "ack", from: 1, to: 12, t: 500 });
+  j.producer({ ev: "send", from: 13, to: 13, attempt: 1, t: 400 });
+  j.producer({ ev: "send", from: 14, to: 15, attempt: 1, t: 450 });
+  j.producer({ ev: "ack", from: 14, to: 15, t: 600 });
+
+  j.run("w1", 201, "w1", "b1", 1, 1000, 1010);
+
+  // A worker SIGKILL.
+  j.run("w1", 201, "w1", "b1", 5, 9490, 9500);
+  j.run("w1", 201, "w1", "b1", 4, 9980, 9995);
+  j.run("w1", 201, "w1", "b1", 3, 9995);
+  fault("worker-kill", "w1", 201, 10_000);
+  exit("worker", "w1", 201, 10_005);
+  spawn("worker", "w1", 211, 10_050);
+  j.attach("w1", 211, 10_100, "s1", "b3");
+  j.controller(100, {
+    ev: "unbound",
+    session: "s1",
+    ep: "w1",
+    binding: "b1",
+    reason: "replaced",
+    requeued: 3,
+    t: 10_100,
+  });
+  j.run("w2", 202, "w2", "b2", 3, 10_200, 10_210);
+  j.run("w2", 202, "w2", "b2", 4, 10_210, 10_220);
+  j.run("w2", 202, "w2", "b2", 5, 10_220, 10_230);
+
+  // A SIGSTOP long enough to be unbound.
+  j.run("w2", 202, "w2", "b2", 6, 19_995, 29_001);
+  fault("worker-stop", "w2", 202, 20_000, 9000);
+  j.controller(100, {
+    ev: "unbound",
+    session: "s1",
+    ep: "w2",
+    binding: "b2",
+    reason: "silent",
+    requeued: 3,
+    t: 28_000,
+  });
+  j.run("w1", 211, "w1", "b3", 6, 28_010, 28_020);
+  j.run("w1", 211, "w1", "b3", 7, 28_020, 28_030);
+  j.run("w1", 211, "w1", "b3", 8, 28_030, 28_040);
+  j.soak({ ev: "cont", name: "w2", pid: 202, t: 29_000 });
+  j.run("w2", 202, "w2", "b2", 7, 29_002, 29_009);
+  j.worker("w2", 202, { ev: "disconnected", ep: "w2", code: 4001, t: 29_010 });
+  j.run("w2", 202, "w2", "b2", 8, 29_015, 29_020);
+  j.attach("w2", 202, 29_100, "s1", "b4");
+
+  // A SIGSTOP the binding survives.
+  j.run("w1", 211, "w1", "b3", 9, 39_995, 43_005);
+  fault("worker-stop", "w1", 211, 40_000, 3000);
+  j.soak({ ev: "cont", name: "w1", pid: 211, t: 43_000 });
+  j.run("w2", 202, "w2", "b4", 9, 43_100, 43_110, 1);
+
+  // A controller SIGKILL.
+  // w2's sub-flow b4: j9 (1), j18 (2), j13 (3), j12 (4); only j18's confirmation is sent.
+  j.run("w2", 202, "w2", "b4", 18, 49_300, 49_310, 2);
+  j.worker("w2", 202, { ev: "sent", ep: "w2", c: 2, t: 49_311 });
+  j.controller(100, { ev: "confirmed", id: "j18", t: 49_312 });
+  j.run("w2", 202, "w2", "b4", 13, 49_390, 49_400, 3);
+  j.run("w2", 202, "w2", "b4", 12, 49_490, 49_500, 4);
+  j.run("w1", 211, "w1", "b3", 11, 49_950, 49_960);
+  j.worker("w1", 211, { ev: "sent", ep: "w1", c: 11, t: 49_962 });
+  j.run("w1", 211, "w1", "b3", 10, 49_980, 49_995);
+  j.controller(100, {
+    ev: "commit",
+    s: 49_980,
+    e: 49_985,
+    stores: 0,
+    accepts: 0,
+    confirms: 3,
+    full: false,
+  });
+  j.controller(100, {
+    ev: "commit",
+    s: 49_992,
+    e: 49_995,
+    stores: 0,
+    accepts: 0,
+    confirms: 1,
+    full: false,
+  });
+  fault("controller-kill", "controller", 100, 50_000);
+  exit("controller", "controller", 100, 50_003);
+  j.run("w1", 211, "w1", "b3", 14, 50_005, 50_015);
+  spawn("controller", "controller", 101, 50_010);
+  j.worker("w1", 211, { ev: "disconnected", ep: "w1", code: 1006, t: 50_020 });
+  j.worker("w2", 202, { ev: "disconnected", ep: "w2", code: 1006, t: 50_021 });
+  j.run("w1", 211, "w1", "b3", 15, 50_025, 50_035);
+  j.controller(101, { ev: "ready", session: "s2", loaded: 6, t: 50_200 });
+  j.producer({ ev: "send", from: 13, to: 13, attempt: 2, t: 50_250 });
+  j.producer({ ev: "ack", from: 13, to: 13, t: 50_450 });
+  j.attach("w1", 211, 50_240, "s2", "b1");
+  j.attach("w2", 202, 50_245, "s2", "b2");
+  j.producer({ ev: "send", from: 18, to: 18, attempt: 1, t: 49_000 });
+  j.producer({ ev: "ack", from: 18, to: 18, t: 49_100 });
+  for (const [i, n] of [10, 11, 12, 13, 14, 15, 18].entries()) {
+    j.run("w2", 202, "w2", "b2", n, 50_300 + i * 10, 50_305 + i * 10);
+  }
+
+  // A TCP cut drops a confirmation on its way; the grace runs out and the job is requeued.
+  j.producer({ ev: "send", from: 19, to: 19, attempt: 1, t: 51_000 });
+  j.producer({ ev: "ack", from: 19, to: 19, t: 51_100 });
+  j.run("w1", 211, "w1", "b1", 19, 51_900, 51_950, 1);
+  j.worker("w1", 211, { ev: "sent", ep: "w1", c: 1, t: 51_980 });
+  fault("tcp-cut", "w1", 211, 52_000);
+  j.worker("w1", 211, { ev: "disconnected", ep: "w1", code: 1006, t: 52_001 });
+  j.controller(101, {
+    ev: "unbound",
+    session: "s2",
+    ep: "w1",
+    binding: "b1",
+    reason: "disconnected",
+    requeued: 1,
+    t: 53_000,
+  });
+  j.run("w2", 202, "w2", "b2", 19, 53_100, 53_110);
+
+  // A SIGKILL while stopped: the worker's last chance to confirm was when the stop began.
+  spawn("worker", "w3", 203, 55_000);
+  j.attach("w3", 203, 55_100, "s2", "b9");
+  j.producer({ ev: "send", from: 16, to: 17, attempt: 1, t: 55_200 });
+  j.producer({ ev: "ack", from: 16, to: 17, t: 55_300 });
+  j.run("w3", 203, "w3", "b9", 16, 59_985, 59_995);
+  j.run("w3", 203, "w3", "b9", 17, 59_995);
+  fault("worker-stop", "w3", 203, 60_000, 5000);
+  fault("worker-kill", "w3", 203, 62_000);
+  exit("worker", "w3", 203, 62_005);
+  j.run("w2", 202, "w2", "b2", 16, 62_200, 62_210);
+  j.run("w2", 202, "w2", "b2", 17, 62_210, 62_220);
+
+  // A worker whose event loop stalled after a job: the ack delay counts only while it could run.
+  spawn("worker", "w4", 204, 63_000);
+  j.attach("w4", 204, 63_100, "s2", "b11");
+  j.producer({ ev: "send", from: 20, to: 20, attempt: 1, t: 63_200 });
+  j.producer({ ev: "ack", from: 20, to: 20, t: 63_300 });
+  j.run("w4", 204, "w4", "b11", 20, 63_900, 63_950, 1);
+  j.worker("w4", 204, { ev: "stall", ms: 36, t: 63_990 });
+  fault("worker-kill", "w4", 204, 63_995);
+  exit("worker", "w4", 204, 64_000);
+  j.run("w2", 202, "w2", "b2", 20, 64_100, 64_110);
+}
+
+test("the soak's verifier finds the lost job and tells each kind of duplicate apart", () => {
+  const dir = mkdtempSync(join(tmpdir(), "workpull-soak-verify-"));
+  try {
+    const journals = new Journals(dir);
+    writeStory(journals);
+    const summary = verify(journals.paths, {
+      settings: {
+        minutes: 1,
+        rate: 1,
+        seed: 1,
+        workers: [],
+        ackDelayMs: 10,
+        reconnectGraceMs: 1000,
+        drainDeadlineS: 60,
+      },
+      drain: { complete: true, remaining: 0, ms: 0 },
+    });
+    assert.equal(summary.accepted, 20);
+    assert.equal(summary.ran, 19);
+    assert.equal(summary.lost, 1);
+    assert.deepEqual(summary.lostExamples, ["j2"]);
+    const { byFault: _, ...causes } = summary.duplicates;
+    assert.deepEqual(causes, {
+      total: 18,
+      // j3 (killed), j6 (frozen), j7 and j14 (started before the worker could know), j17
+      running: 5,
+      "ack-delay": 5, // j4, j10, j16, j19, j20
+      "unconfirmed-at-controller-kill": 1, // j11
+      avoidable: 7, // j5, j8, j9, j12, j13, j15, j18
+    });
+    assert.equal(summary.observations.duplicatesStartedBeforeNotice, 2);
+    const diagnosisOf = (id: string) =>
+      summary.avoidable.examples.find((example) => example.messageId === id)?.diagnosis;
+    assert.match(diagnosisOf("j5")!, /held its confirmation at a fault of its worker/);
+    assert.match(diagnosisOf("j8")!, /duplicate started after its binding had ended/);
+    assert.equal(diagnosisOf("j9"), "unexplained");
+    assert.match(diagnosisOf("j12")!, /held its confirmation at a controller kill/);
+    assert.match(diagnosisOf("j18")!, /applied its confirmation before its last commit/);
+    assert.match(diagnosisOf("j13")!, /producer resubmitted it after the restart/);
+    assert.match(diagnosisOf("j15")!, /earlier run started after its binding had ended/);
+    assert.equal(summary.restarts.count, 1);
+    assert.equal(summary.restarts.worstMs, 290);
+    assert.equal(summary.faults.byKind["worker-stop"], 3);
+    assert.equal(summary.observations.stopsThatUnbound, 1);
+    assert.equal(summary.ok, false);
+    assert.match(summaryLine(summary), /lost 1, duplicates 18 .*avoidable 7\)/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

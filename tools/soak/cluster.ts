@@ -1,0 +1,276 @@
+/**
+ * The soak's processes and their lifecycles: one controller, the workers and one producer, each
+ * started, killed and restarted by the orchestrator, and always reaped.
+ *
+ * - Every spawn and every exit goes to the orchestrator's journal (`spawn`, `exit`), with the
+ *   time: the verifier maps pids to workers and measures restarts from them.
+ * - A kill is followed at once by a restart of the same role, on the same configuration: the
+ *   controller on the same KV file and port, a worker under the same name (a new incarnation),
+ *   the producer on its own journal.
+ * - A process that exits without being told to is a **crash**: it is recorded (the soak fails on
+ *   any) and restarted, as a supervisor would.
+ * - A stopped worker (SIGSTOP) has its SIGCONT scheduled; `resumeAll` sends it early.
+ * - `shutdown` ends everything (workers first, so that no job is handed out again, then the
+ *   controller and the producer) and waits until every process is reaped.
+ *
+ * @module
+ */
+
+import { Child, type ChildExit, type ChildSpec } from "./child.ts";
+import { type Journal, wallClock } from "./journal.ts";
+import type { WorkerProxy } from "./proxy.ts";
+import type { Runtime, SoakPaths, SoakRecord } from "./records.ts";
+
+/** One worker process slot. */
+export interface WorkerSlot {
+  readonly name: string;
+  readonly runtime: Runtime;
+  readonly concurrency: number;
+  readonly token: string;
+  readonly proxy: WorkerProxy;
+  child: Child | undefined;
+  /** The pending SIGCONT of a stopped worker. */
+  resume: ReturnType<typeof setTimeout> | undefined;
+}
+
+/** What the cluster needs to start its processes. */
+export interface ClusterSettings {
+  readonly paths: SoakPaths;
+  /** The repository root (the children's working directory). */
+  readonly root: string;
+  readonly deno: string;
+  readonly bun: string;
+  readonly journal: Journal;
+  readonly flow: string;
+  readonly controllerPort: number;
+  readonly secret: string;
+  readonly clientToken: string;
+  readonly grace: number;
+  readonly rate: number;
+  readonly seed: number;
+  /** Epoch ms after which every child exits by itself. */
+  readonly deadline: number;
+  /** Progress lines for the operator. */
+  readonly log: (line: string) => void;
+}
+
+const module = (name: string) => new URL(`./${name}`, import.meta.url).pathname;
+
+/** The soak's processes. */
+export class Cluster {
+  readonly workers: ReadonlyMap<string, WorkerSlot>;
+  controller: Child | undefined;
+  producer: Child | undefined;
+  #readyController: number | undefined;
+  #closing = false;
+  /** Every process not reaped yet, whatever its slot. */
+  readonly #live = new Set<Child>();
+  readonly #settings: ClusterSettings;
+
+  constructor(settings: ClusterSettings, workers: readonly WorkerSlot[]) {
+    this.#settings = settings;
+    this.workers = new Map(workers.map((slot) => [slot.name, slot]));
+  }
+
+  /** True when the current controller process has announced it is ready. */
+  get controllerReady(): boolean {
+    return this.controller !== undefined && this.#readyController === this.controller.pid;
+  }
+
+  /** Workers not stopped. */
+  get runningWorkers(): WorkerSlot[] {
+    return [...this.workers.values()].filter((slot) => slot.resume === undefined);
+  }
+
+  startController(): Child {
+    const s = this.#settings;
+    this.controller = this.#spawn(
+      {
+        role: "controller",
+        name: "controller",
+        runtime: "deno",
+        command: s.deno,
+        args: ["run", "-A", "--unstable-kv", "--quiet", module("controller_process.ts")],
+        config: {
+          deadline: s.deadline,
+          kvPath: s.paths.kv,
+          dir: s.paths.controllers,
+          port: s.controllerPort,
+          secret: s.secret,
+          name: s.flow,
+          reconnectGrace: s.grace,
+        },
+        logs: s.paths.logs,
+        onMessage: (message) => {
+          if (message.ready === true) this.#readyController = message.pid as number;
+        },
+      },
+      () => this.controller,
+      () => this.startController(),
+    );
+    return this.controller;
+  }
+
+  startWorker(slot: WorkerSlot): Child {
+    const s = this.#settings;
+    slot.child = this.#spawn(
+      {
+        role: "worker",
+        name: slot.name,
+        runtime: slot.runtime,
+        command: slot.runtime === "deno" ? s.deno : s.bun,
+        args: slot.runtime === "deno"
+          ? ["run", "-A", "--quiet", module("worker_process.ts")]
+          : [module("worker_process.ts")],
+        config: {
+          deadline: s.deadline,
+          url: `ws://127.0.0.1:${slot.proxy.port}/workers`,
+          token: slot.token,
+          producer: s.flow,
+          name: slot.name,
+          concurrency: slot.concurrency,
+          seed: s.seed,
+          dir: s.paths.workers,
+        },
+        logs: s.paths.logs,
+      },
+      () => slot.child,
+      () => this.startWorker(slot),
+    );
+    return slot.child;
+  }
+
+  startProducer(): Child {
+    const s = this.#settings;
+    this.producer = this.#spawn(
+      {
+        role: "producer",
+        name: "producer",
+        runtime: "deno",
+        command: s.deno,
+        args: ["run", "-A", "--quiet", module("producer_process.ts")],
+        config: {
+          deadline: s.deadline,
+          url: `http://127.0.0.1:${s.controllerPort}/jobs`,
+          token: s.clientToken,
+          rate: s.rate,
+          dir: s.paths.producers,
+        },
+        logs: s.paths.logs,
+      },
+      () => this.producer,
+      () => this.startProducer(),
+    );
+    return this.producer;
+  }
+
+  /** SIGKILL the controller, reap it, start a new one on the same file and port. */
+  async restartController(): Promise<void> {
+    await this.controller?.kill();
+    if (!this.#closing) this.startController();
+  }
+
+  /** SIGKILL a worker, reap it, start a new incarnation under the same name. */
+  async restartWorker(slot: WorkerSlot): Promise<void> {
+    clearTimeout(slot.resume);
+    slot.resume = undefined;
+    await slot.child?.kill();
+    if (!this.#closing) this.startWorker(slot);
+  }
+
+  /** SIGKILL the producer, reap it, start a new one (it resumes from its journal). */
+  async restartProducer(): Promise<void> {
+    await this.producer?.kill();
+    if (!this.#closing) this.startProducer();
+  }
+
+  /** SIGSTOP a worker for `ms`, then SIGCONT (recorded as `cont`). */
+  stopWorker(slot: WorkerSlot, ms: number): void {
+    const child = slot.child;
+    if (!child) return;
+    child.signal("SIGSTOP");
+    slot.resume = setTimeout(() => this.#resume(slot, child), ms);
+  }
+
+  /** SIGCONT every stopped worker now. */
+  resumeAll(): void {
+    for (const slot of this.workers.values()) {
+      if (slot.resume !== undefined && slot.child) {
+        clearTimeout(slot.resume);
+        this.#resume(slot, slot.child);
+      }
+    }
+  }
+
+  /** SIGTERM the producer: it finishes the requests in flight (bounded) and exits. */
+  async stopProducer(): Promise<ChildExit | undefined> {
+    return await this.producer?.stop(20_000);
+  }
+
+  /** End every process and reap it. Idempotent. */
+  async shutdown(): Promise<void> {
+    this.#closing = true;
+    for (const slot of this.workers.values()) {
+      clearTimeout(slot.resume);
+      slot.resume = undefined;
+    }
+    const live = [...this.#live];
+    const workers = live.filter((child) => child.spec.role === "worker");
+    await Promise.allSettled(workers.map((child) => child.kill()));
+    const others = live.filter((child) => child.spec.role !== "worker");
+    await Promise.allSettled(others.map((child) => child.stop(3000)));
+  }
+
+  #resume(slot: WorkerSlot, child: Child): void {
+    slot.resume = undefined;
+    if (!child.running) return;
+    this.#record({ ev: "cont", name: slot.name, pid: child.pid, t: wallClock() });
+    child.signal("SIGCONT");
+  }
+
+  /** Start a process; after a crash, `restart` it unless its slot already holds another. */
+  #spawn(
+    spec: Omit<ChildSpec, "cwd">,
+    current: () => Child | undefined,
+    restart: () => void,
+  ): Child {
+    const child = new Child({ ...spec, cwd: this.#settings.root });
+    this.#live.add(child);
+    this.#record({
+      ev: "spawn",
+      role: spec.role,
+      name: spec.name,
+      runtime: spec.runtime,
+      pid: child.pid,
+      t: wallClock(),
+    });
+    child.exited.then((exit) => {
+      this.#live.delete(child);
+      const expected = child.ending || this.#closing;
+      this.#record({
+        ev: "exit",
+        role: spec.role,
+        name: spec.name,
+        pid: child.pid,
+        code: exit.code,
+        signal: exit.signal,
+        expected,
+        t: wallClock(),
+      });
+      if (expected) return;
+      this.#settings.log(
+        `crash: ${spec.name} (pid ${child.pid}) exited with ${
+          exit.signal ?? exit.code
+        }; restarting`,
+      );
+      setTimeout(() => {
+        if (!this.#closing && current() === child) restart();
+      }, 100);
+    });
+    return child;
+  }
+
+  #record(record: SoakRecord): void {
+    this.#settings.journal.write(record);
+  }
+}

@@ -1,0 +1,121 @@
+/**
+ * The soak's command line: flags, their defaults and ranges, and `--help`.
+ *
+ * A bad flag is an error naming the flag and what it accepts; nothing starts.
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+
+/** The soak's settings. */
+export interface SoakOptions {
+  /** How long jobs are produced and faults injected, minutes. */
+  readonly minutes: number;
+  /** Jobs per second submitted by the producer. */
+  readonly rate: number;
+  /** Seeds the fault schedule and the handlers' durations. */
+  readonly seed: number;
+  /** Worker processes, alternately Deno and Bun. */
+  readonly workers: number;
+  /** Where the journals go; undefined: a temporary directory. */
+  readonly out: string | undefined;
+  /** Keep the output directory (always kept when `out` is given). */
+  readonly keep: boolean;
+  /** How long a worker may hold a finished job's confirmation, ms (see "ack-delay"). */
+  readonly ackDelay: number;
+  /** The controller's `reconnectGrace`, ms. */
+  readonly grace: number;
+  /** How long the drain may take, seconds. */
+  readonly drain: number;
+  /** Only verify the journals already in this directory (a kept run). */
+  readonly verify: string | undefined;
+  readonly help: boolean;
+}
+
+/** The help text. */
+export const USAGE = `Usage: deno task soak [flags]
+
+A chaos soak of workpull: a controller process on a Deno KV file, worker processes on Deno and
+Bun behind TCP proxies, a producer process submitting over POST /jobs, and seeded faults every
+1-5 s (worker SIGKILL and restart, worker SIGSTOP for 3-12 s, controller SIGKILL and restart on the
+same file and port, TCP cuts, producer SIGKILL and restart). Then it drains and verifies from the
+journals: lost jobs, duplicates by cause, worst controller restart to first delivery. Exits 1 on a
+lost job, an avoidable duplicate, an incomplete drain or a crashed process.
+
+Flags:
+  --minutes N     how long to produce and inject faults (default 10; fractions allowed)
+  --rate N        jobs per second (default 1000)
+  --seed N        seed of the fault schedule and handler durations (default: random, printed)
+  --workers N     worker processes, alternately Deno and Bun (default 4, at least 4)
+  --out DIR       write the journals and summary.json there (kept)
+  --keep          keep the temporary output directory
+  --ack-delay MS  how long a worker may hold a finished job's confirmation (default 10)
+  --grace MS      the controller's reconnectGrace (default 1000)
+  --drain S       the drain's deadline in seconds (default 60)
+  --verify DIR    only verify the journals of an earlier run kept in DIR
+  --help          this text
+`;
+
+/** Parse `args`; throws a `RangeError` or `TypeError` naming a bad flag. */
+export function parseOptions(args: readonly string[]): SoakOptions {
+  const { values, positionals } = parseArgs({
+    args: [...args],
+    strict: true,
+    allowPositionals: true,
+    options: {
+      minutes: { type: "string" },
+      rate: { type: "string" },
+      seed: { type: "string" },
+      workers: { type: "string" },
+      out: { type: "string" },
+      keep: { type: "boolean" },
+      "ack-delay": { type: "string" },
+      grace: { type: "string" },
+      drain: { type: "string" },
+      verify: { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  if (positionals.length > 0) {
+    throw new TypeError(`Cannot start the soak: unexpected argument "${positionals[0]}"`);
+  }
+  return {
+    minutes: number("minutes", values.minutes, 10, 0.05, 24 * 60, false),
+    rate: number("rate", values.rate, 1000, 1, 100_000, true),
+    seed: number("seed", values.seed, Math.floor(Math.random() * 2 ** 31), 0, 2 ** 32 - 1, true),
+    workers: number("workers", values.workers, 4, 4, 32, true),
+    out: values.out,
+    keep: values.keep ?? false,
+    ackDelay: number("ack-delay", values["ack-delay"], 10, 0, 10_000, false),
+    grace: number("grace", values.grace, 1000, 0, 3_600_000, true),
+    drain: number("drain", values.drain, 60, 1, 3600, false),
+    verify: values.verify,
+    help: values.help ?? false,
+  };
+}
+
+function number(
+  flag: string,
+  text: string | undefined,
+  fallback: number,
+  min: number,
+  max: number,
+  integer: boolean,
+): number {
+  if (text === undefined) return fallback;
+  const value = Number(text);
+  if (text.trim() === "" || !Number.isFinite(value) || (integer && !Number.isInteger(value))) {
+    throw new TypeError(
+      `Cannot start the soak: --${flag} must be ${
+        integer ? "an integer" : "a number"
+      }, got "${text}"`,
+    );
+  }
+  if (value < min || value > max) {
+    throw new RangeError(
+      `Cannot start the soak: --${flag} must be in ${min}..${max}, got ${value}`,
+    );
+  }
+  return value;
+}

@@ -1,0 +1,147 @@
+/**
+ * The soak's verdict: the summary written to `summary.json`, and its one-line form.
+ *
+ * ```
+ * soak: 600000 accepted, 600000 ran, lost 0, duplicates 123 (running 100, ack-delay 20,
+ *   unconfirmed-at-controller-kill 3, avoidable 0), faults 197 (worker-kill 44, ...),
+ *   worst restart→delivery 180 ms — ok
+ * ```
+ * (on one line). The soak fails on a lost job, an avoidable duplicate, a drain that did not
+ * finish by its deadline, a process that crashed, or a soak where nothing was accepted.
+ *
+ * @module
+ */
+
+import type { Cause } from "./classify.ts";
+import type { FaultKind } from "./records.ts";
+
+/** One avoidable duplicate, for the reader of `summary.json`. */
+export interface AvoidableExample {
+  readonly messageId: string;
+  readonly diagnosis: string;
+  /**
+   * The run before the duplicate, and the duplicate: endpoint, pid, `session/binding`, start,
+   * end, and when the worker sent its confirmation (epoch ms; null: never, or never ended).
+   */
+  readonly runs: readonly {
+    endpoint: string;
+    pid: number;
+    binding: string;
+    start: number;
+    end: number | null;
+    confirmationSent: number | null;
+  }[];
+}
+
+/** What `summary.json` holds. */
+export interface Summary {
+  readonly ok: boolean;
+  readonly failures: string[];
+  readonly settings: {
+    readonly minutes: number;
+    readonly rate: number;
+    readonly seed: number;
+    readonly workers: { name: string; runtime: string; concurrency: number }[];
+    readonly ackDelayMs: number;
+    readonly reconnectGraceMs: number;
+    readonly drainDeadlineS: number;
+  };
+  /** Jobs acknowledged to the producer (a 2xx answer to POST /jobs). */
+  readonly accepted: number;
+  /** Acknowledged jobs that a worker finished. */
+  readonly ran: number;
+  readonly lost: number;
+  readonly lostExamples: string[];
+  readonly runs: {
+    readonly total: number;
+    /** Runs that started and never finished (their process was killed or stopped for good). */
+    readonly unfinished: number;
+    /** Distinct jobs that ran, acknowledged or not. */
+    readonly jobs: number;
+    /** `end` lines without a `start` (should be 0). */
+    readonly unmatchedEnds: number;
+  };
+  readonly duplicates: Record<Cause | "total", number> & {
+    readonly byFault: Partial<Record<FaultKind, number>>;
+  };
+  readonly avoidable: {
+    readonly byDiagnosis: Record<string, number>;
+    readonly examples: AvoidableExample[];
+  };
+  readonly observations: {
+    /**
+     * Excused duplicates whose run started after the fault, before its endpoint noticed it
+     * (counted under "running").
+     */
+    readonly duplicatesStartedBeforeNotice: number;
+    /** Runs that started after the controller had ended their binding. */
+    readonly runsAfterBindingEnded: number;
+    /** Runs that started while their endpoint was disconnected. */
+    readonly runsWhileDisconnected: number;
+    readonly stops: number;
+    /** Stops long enough for the controller to end a binding of the stopped worker. */
+    readonly stopsThatUnbound: number;
+    /** Worker endpoints that stopped for good after their registration was refused. */
+    readonly endpointsRefused: number;
+  };
+  readonly faults: { readonly total: number; readonly byKind: Record<FaultKind, number> };
+  readonly restarts: {
+    readonly count: number;
+    readonly worstMs: number | null;
+    readonly medianMs: number | null;
+    /** Restarted controllers that delivered nothing before they ended. */
+    readonly withoutDelivery: number;
+    /**
+     * Each restart, ms after its spawn: first delivery (`ms`), and the controller's own
+     * start-up: modules loaded, KV file opened, port listening, queue loaded (`readyMs`).
+     */
+    readonly samples: {
+      pid: number;
+      ms: number | null;
+      modulesLoadedMs: number | null;
+      kvOpenedMs: number | null;
+      listeningMs: number | null;
+      readyMs: number | null;
+      reloaded: number | null;
+    }[];
+  };
+  readonly controller: {
+    readonly commits: number;
+    readonly commitMsP50: number | null;
+    readonly commitMsMax: number | null;
+    /** The longest window of non-durable confirmations at a controller kill, ms. */
+    readonly worstUnconfirmedWindowMs: number | null;
+    readonly terminalFailures: number;
+    /** Restarts inside the process after durable writes kept failing (no fault of the soak's). */
+    readonly selfRestarts: number;
+  };
+  readonly producer: {
+    readonly issued: number;
+    readonly retries: number;
+    readonly incarnations: number;
+  };
+  readonly drain: { readonly complete: boolean; readonly ms: number; readonly remaining: number };
+  readonly crashes: {
+    role: string;
+    name: string;
+    pid: number;
+    code: number | null;
+    signal: string | null;
+  }[];
+}
+
+/** The one-line form. */
+export function summaryLine(summary: Summary): string {
+  const d = summary.duplicates;
+  const kinds = Object.entries(summary.faults.byKind).map(([kind, n]) => `${kind} ${n}`).join(", ");
+  const worst = summary.restarts.worstMs === null
+    ? "n/a"
+    : `${Math.round(summary.restarts.worstMs)} ms`;
+  const verdict = summary.ok ? "ok" : `FAILED: ${summary.failures.join("; ")}`;
+  return `soak: ${summary.accepted} accepted, ${summary.ran} ran, lost ${summary.lost}, ` +
+    `duplicates ${d.total} (running ${d.running}, ack-delay ${d["ack-delay"]}, ` +
+    `unconfirmed-at-controller-kill ${
+      d["unconfirmed-at-controller-kill"]
+    }, avoidable ${d.avoidable}), ` +
+    `faults ${summary.faults.total} (${kinds}), worst restart→delivery ${worst} — ${verdict}`;
+}

@@ -1,0 +1,222 @@
+/**
+ * The verification at the end of a soak, from the journals alone: lost jobs, duplicates by
+ * cause, what the avoidable duplicates look like, faults by kind, and how long each restarted
+ * controller took to deliver again.
+ *
+ * - **lost**: acknowledged by `POST /jobs` (the producer's journals) and never finished by any
+ *   worker (the workers' journals).
+ * - **duplicates**: every run of a job after its first, acknowledged or not, classified by
+ *   `classify.ts`.
+ * - **restart → first delivery**: for each controller spawned after the first, from its spawn to
+ *   the first handler start of a job it delivered (a run whose endpoint held a binding of that
+ *   controller's session).
+ *
+ * @module
+ */
+
+import type { Cause } from "./classify.ts";
+import { Classifier, CLOCK_SLACK_MS } from "./classify.ts";
+import { readAcknowledgements, readEvidence } from "./evidence.ts";
+import { FAULT_KINDS, type FaultKind, messageId, type SoakPaths } from "./records.ts";
+import { Runs } from "./runs.ts";
+import type { AvoidableExample, Summary } from "./summary.ts";
+
+/** What the verifier is told besides the journals. */
+export interface VerifySettings {
+  readonly settings: Summary["settings"];
+  readonly drain: Summary["drain"];
+}
+
+/** Avoidable duplicates shown per diagnosis. */
+const EXAMPLES = 5;
+const LOST_EXAMPLES = 20;
+
+/** Verify the journals under `paths`. */
+export function verify(paths: SoakPaths, given: VerifySettings): Summary {
+  const runs = Runs.read(paths);
+  const evidence = readEvidence(paths, new Set(runs.repeated()));
+  const acks = readAcknowledgements(paths);
+  const classifier = new Classifier(evidence, runs, given.settings.ackDelayMs);
+
+  // Lost: acknowledged, never finished.
+  let ran = 0;
+  const lostExamples: string[] = [];
+  let lost = 0;
+  for (let n = 1; n <= acks.maxJob; n++) {
+    if (acks.acked[n] === 0) continue;
+    if (runs.ran(n)) ran += 1;
+    else {
+      lost += 1;
+      if (lostExamples.length < LOST_EXAMPLES) lostExamples.push(messageId(n));
+    }
+  }
+
+  // Duplicates.
+  const duplicates: Record<Cause | "total", number> = {
+    total: 0,
+    running: 0,
+    "ack-delay": 0,
+    "unconfirmed-at-controller-kill": 0,
+    avoidable: 0,
+  };
+  const byFault: Partial<Record<FaultKind, number>> = {};
+  const byDiagnosis: Record<string, number> = {};
+  const examples: AvoidableExample[] = [];
+  let startedBeforeNotice = 0;
+  for (const n of runs.repeated()) {
+    for (const duplicate of classifier.duplicates(n)) {
+      duplicates.total += 1;
+      duplicates[duplicate.cause] += 1;
+      if (duplicate.excuse) {
+        const kind = duplicate.excuse.fault.kind;
+        byFault[kind] = (byFault[kind] ?? 0) + 1;
+        if (duplicate.excuse.beforeNotice) startedBeforeNotice += 1;
+        continue;
+      }
+      const diagnosis = classifier.diagnose(duplicate.run, duplicate.previous, acks);
+      byDiagnosis[diagnosis] = (byDiagnosis[diagnosis] ?? 0) + 1;
+      if (byDiagnosis[diagnosis] <= EXAMPLES) {
+        examples.push({
+          messageId: messageId(n),
+          diagnosis,
+          runs: [duplicate.previous, duplicate.run].map((run) => ({
+            endpoint: runs.endpoint(run).name,
+            pid: runs.endpoint(run).pid,
+            binding: `${runs.session(run)?.slice(0, 8) ?? "?"}/${runs.binding(run)}`,
+            start: runs.start(run),
+            end: Number.isNaN(runs.end(run)) ? null : runs.end(run),
+            confirmationSent: runs.confirmationSent(run) ?? null,
+          })),
+        });
+      }
+    }
+  }
+
+  // Observations over every run.
+  let unfinished = 0;
+  let afterBindingEnded = 0;
+  let whileDisconnected = 0;
+  const jobsRun = new Set<number>();
+  const firstStartOfSession = new Float64Array(runs.sessions.length).fill(Infinity);
+  const sessionColumn = runs.sessionColumn;
+  for (let run = 0; run < runs.count; run++) {
+    jobsRun.add(runs.job(run));
+    if (Number.isNaN(runs.end(run))) unfinished += 1;
+    if (classifier.bindingEnded(run) < runs.start(run) - CLOCK_SLACK_MS) afterBindingEnded += 1;
+    if (classifier.startedDisconnected(run)) whileDisconnected += 1;
+    const session = sessionColumn[run];
+    if (session >= 0 && runs.start(run) < firstStartOfSession[session]) {
+      firstStartOfSession[session] = runs.start(run);
+    }
+  }
+
+  // Faults.
+  const byKind = Object.fromEntries(FAULT_KINDS.map((kind) => [kind, 0])) as Record<
+    FaultKind,
+    number
+  >;
+  for (const fault of evidence.faults) byKind[fault.kind] += 1;
+  const stops = evidence.faults.filter((fault) => fault.kind === "worker-stop");
+  const stopsThatUnbound = stops.filter((stop) => {
+    const to = evidence.conts.get(stop.pid)?.find((t) => t >= stop.t) ?? stop.t + (stop.ms ?? 0);
+    const names = new Set(
+      runs.endpoints.filter((endpoint) => endpoint.pid === stop.pid).map((e) => e.name),
+    );
+    return evidence.unbinds.some((u) => names.has(u.ep) && u.t >= stop.t && u.t <= to + 250);
+  }).length;
+
+  // Restart → first delivery.
+  const controllerSpawns = evidence.spawns.filter((spawn) => spawn.role === "controller");
+  const samples = controllerSpawns.slice(1).map((spawn) => {
+    let first = Infinity;
+    for (const session of evidence.sessions.get(spawn.pid) ?? []) {
+      const index = runs.sessionIndex(session);
+      if (index !== undefined) first = Math.min(first, firstStartOfSession[index]);
+    }
+    const ready = evidence.ready.get(spawn.pid);
+    const since = (t: number | undefined) => t === undefined ? null : round(t - spawn.t);
+    return {
+      pid: spawn.pid,
+      ms: first === Infinity ? null : round(first - spawn.t),
+      modulesLoadedMs: since(ready?.modulesLoaded),
+      kvOpenedMs: since(ready?.kvOpened),
+      listeningMs: since(ready?.listening),
+      readyMs: since(ready?.t),
+      reloaded: ready?.loaded ?? null,
+    };
+  });
+  const measured = samples.flatMap((sample) => sample.ms === null ? [] : [sample.ms]).sort((a, b) =>
+    a - b
+  );
+
+  // The controller's durable commits.
+  const durations = [...evidence.commits.values()].flat().map((c) => c.e - c.s).sort((a, b) =>
+    a - b
+  );
+  const windows = classifier.controllerKills.map((kill) => kill.fault.t - kill.durableBefore);
+
+  const crashes = evidence.exits.filter((exit) => !exit.expected).map((exit) => ({
+    role: exit.role,
+    name: exit.name,
+    pid: exit.pid,
+    code: exit.code,
+    signal: exit.signal,
+  }));
+
+  const failures: string[] = [];
+  if (acks.count === 0) failures.push("nothing was accepted");
+  if (lost > 0) failures.push(`${lost} lost`);
+  if (duplicates.avoidable > 0) failures.push(`${duplicates.avoidable} avoidable duplicates`);
+  if (!given.drain.complete) {
+    failures.push(
+      `drain incomplete after ${given.settings.drainDeadlineS} s (${given.drain.remaining} jobs)`,
+    );
+  }
+  if (crashes.length > 0) {
+    failures.push(`${crashes.length} crashed processes (${crashes.map((c) => c.name).join(", ")})`);
+  }
+
+  return {
+    ok: failures.length === 0,
+    failures,
+    settings: given.settings,
+    accepted: acks.count,
+    ran,
+    lost,
+    lostExamples,
+    runs: { total: runs.count, unfinished, jobs: jobsRun.size, unmatchedEnds: runs.unmatchedEnds },
+    duplicates: { ...duplicates, byFault },
+    avoidable: { byDiagnosis, examples },
+    observations: {
+      duplicatesStartedBeforeNotice: startedBeforeNotice,
+      runsAfterBindingEnded: afterBindingEnded,
+      runsWhileDisconnected: whileDisconnected,
+      stops: stops.length,
+      stopsThatUnbound,
+      endpointsRefused: runs.refused,
+    },
+    faults: { total: evidence.faults.length, byKind },
+    restarts: {
+      count: samples.length,
+      worstMs: measured.length > 0 ? measured[measured.length - 1] : null,
+      medianMs: measured.length > 0 ? measured[Math.floor(measured.length / 2)] : null,
+      withoutDelivery: samples.length - measured.length,
+      samples,
+    },
+    controller: {
+      commits: durations.length,
+      commitMsP50: durations.length > 0 ? round(durations[Math.floor(durations.length / 2)]) : null,
+      commitMsMax: durations.length > 0 ? round(durations[durations.length - 1]) : null,
+      worstUnconfirmedWindowMs: windows.length > 0 ? round(Math.max(...windows)) : null,
+      terminalFailures: evidence.failures.length,
+      selfRestarts: evidence.selfRestarts.length,
+    },
+    producer: { issued: acks.maxJob, retries: acks.retries, incarnations: acks.incarnations },
+    drain: given.drain,
+    crashes,
+  };
+}
+
+function round(ms: number): number {
+  return Math.round(ms * 10) / 10;
+}

@@ -117,6 +117,9 @@ describe(`DenoKvJobStore (${CLIENT})`, () => {
       kv = await openKv(path);
       store = new DenoKvJobStore(kv, { clock, defaults });
       ({ epoch } = await store.load());
+      // Finished jobs are read after the load: until then they are looked up.
+      const resubmitted = await store.enqueue([{ id: "done", payload: '"d"', plan: plan() }]);
+      assert.deepEqual([resubmitted[0].created, resubmitted[0].job.state], [false, "completed"]);
       assert.deepEqual((await store.get("done"))?.result, { ok: true });
       assert.deepEqual(
         [(await store.get("poison"))?.state, (await store.get("poison"))?.attempts],

@@ -108,18 +108,29 @@ export interface JournalSnapshot {
 export interface JournalChange {
   /** Changed jobs by MessageID (undefined: forget it). */
   readonly entries: ReadonlyMap<string, JournalEntry | undefined>;
+  /** Of those, the ones that were finished (completed or cancelled) before the call. */
+  readonly wereFinished: ReadonlySet<string>;
   /** Changed payloads by MessageID (undefined: delete it). */
   readonly payloads: ReadonlyMap<string, string | undefined>;
   /** The new append cursor, when it moved. */
   readonly currentSeq?: number;
 }
 
-/** Where a store persists its changes. */
+/**
+ * Where a store persists its changes. Finished jobs (completed, cancelled) are kept apart from
+ * the live ones: a load reads only the live ones, so a restart does not wait for the retained
+ * history; the store reads the finished ones afterwards (`readFinished`) and, until it has,
+ * looks up the MessageIDs it is asked about (`lookupFinished`).
+ */
 export interface Journal {
-  /** Acquire writership under a new epoch; the snapshot is the durable state (none: keep memory). */
+  /** Acquire writership under a new epoch; the snapshot is the live state (none: keep memory). */
   open(signal?: AbortSignal): Promise<{ epoch: number; snapshot?: JournalSnapshot }>;
-  /** Re-read the durable state under `epoch` (after a write whose outcome is unknown). */
+  /** Re-read the live state under `epoch` (after a write whose outcome is unknown). */
   reread(epoch: number, signal?: AbortSignal): Promise<JournalSnapshot | undefined>;
+  /** Every finished job still retained. */
+  readFinished(): Promise<readonly JournalEntry[]>;
+  /** The finished jobs among `ids`, if retained. */
+  lookupFinished(ids: readonly string[]): Promise<readonly JournalEntry[]>;
   /** Persist one call's changes under `epoch`; throws `QueueFencedError` if it is fenced. */
   commit(epoch: number, change: JournalChange, signal?: AbortSignal): Promise<void>;
 }
@@ -128,6 +139,8 @@ export interface Journal {
 export const MEMORY_JOURNAL: Journal = {
   open: () => Promise.resolve({ epoch: 0 }),
   reread: () => Promise.resolve(undefined),
+  readFinished: () => Promise.resolve([]),
+  lookupFinished: () => Promise.resolve([]),
   commit: () => Promise.resolve(),
 };
 
@@ -201,7 +214,10 @@ export class JobStoreEngine implements JobStore {
   readonly #changedEntries = new Set<string>();
   readonly #changedPayloads = new Map<string, string | undefined>();
   #seqMoved = false;
+  readonly #wereFinished = new Set<string>();
   #notices: ((listener: JobStoreListener) => void)[] = [];
+  /** The finished jobs are all in memory (after a load, they are read in the background). */
+  #finishedRead = true;
 
   /** Creates an empty store; throws an error naming a bad option (`owner` names the store). */
   constructor(
@@ -266,7 +282,7 @@ export class JobStoreEngine implements JobStore {
       this.#arm();
       if (due) this.#notify((listener) => listener.ready());
       return results;
-    });
+    }, jobs.map((job) => job.id));
   }
 
   /** Up to `max` due jobs in order; each is reserved until stored. */
@@ -299,7 +315,7 @@ export class JobStoreEngine implements JobStore {
       const now = this.#clock.now();
       if (!this.#known(id, now)) return undefined;
       return infoOf(this.#records.get(id)!, now);
-    });
+    }, [id]);
   }
 
   /** Cancel a queued job; an active (or reserved) one is left to the caller. */
@@ -312,7 +328,7 @@ export class JobStoreEngine implements JobStore {
       if (!isQueued(record)) return infoOf(record, now);
       this.#entries.delete(id);
       return this.#settle({ ...record, state: "cancelled", finishedAt: now }, now, record.state);
-    });
+    }, [id]);
   }
 
   /** Dead jobs, oldest death first. */
@@ -380,7 +396,11 @@ export class JobStoreEngine implements JobStore {
     return this.#serial(options, async () => {
       const { epoch, snapshot } = await this.#journal.open(options?.signal);
       this.#epoch = snapshot ? epoch : this.#epoch + 1;
-      if (snapshot) this.#restore(snapshot);
+      if (snapshot) {
+        this.#restore(snapshot);
+        this.#finishedRead = false;
+        this.#readFinished(this.#epoch);
+      }
       this.#stale = false;
       this.#loaded = true;
       const unconfirmed: UnconfirmedMessage[] = [];
@@ -426,7 +446,7 @@ export class JobStoreEngine implements JobStore {
         );
       }
       return this.#start(request.messageId, request.payload);
-    });
+    }, [request.messageId]);
   }
 
   /** Record that the producer removed the job from its source. */
@@ -495,7 +515,7 @@ export class JobStoreEngine implements JobStore {
       }
       for (const id of touched) this.#finishIfDone(id);
       return { stored };
-    });
+    }, batch.store?.jobs.map((job) => job.messageId));
   }
 
   // ------------------------------------------------------------------------------------------
@@ -669,7 +689,11 @@ export class JobStoreEngine implements JobStore {
    * Run a call: after the calls before it, on a fresh index if the last write's outcome is
    * unknown; then persist what it changed and, once that is durable, tell the listener.
    */
-  #transact<T>(options: QueueCallOptions | undefined, body: () => T): Promise<T> {
+  #transact<T>(
+    options: QueueCallOptions | undefined,
+    body: () => T,
+    mentions: readonly string[] = [],
+  ): Promise<T> {
     return this.#serial(options, async () => {
       if (!this.#loaded) throw new Error("Cannot use the job store before load()");
       if (this.#stale) {
@@ -677,8 +701,14 @@ export class JobStoreEngine implements JobStore {
         if (snapshot) this.#restore(snapshot);
         this.#stale = false;
       }
+      if (!this.#finishedRead && mentions.length > 0) {
+        // The finished jobs are still being read: look up the ones this call mentions.
+        const unknown = mentions.filter((id) => !this.#records.has(id));
+        if (unknown.length > 0) this.#adoptFinished(await this.#journal.lookupFinished(unknown));
+      }
       this.#changedEntries.clear();
       this.#changedPayloads.clear();
+      this.#wereFinished.clear();
       this.#seqMoved = false;
       this.#notices = [];
       const result = body();
@@ -731,19 +761,41 @@ export class JobStoreEngine implements JobStore {
     }
     return {
       entries,
+      wereFinished: new Set(this.#wereFinished),
       payloads: new Map(this.#changedPayloads),
       ...(this.#seqMoved ? { currentSeq: this.#currentSeq } : {}),
     };
   }
 
   #putRecord(record: JobRecord): void {
+    this.#noteFinished(record.id);
     this.#records.set(record.id, record);
     this.#changedEntries.add(record.id);
   }
 
   #dropRecord(id: string): void {
+    this.#noteFinished(id);
     this.#records.delete(id);
     this.#changedEntries.add(id);
+  }
+
+  /** Remember whether a job was finished before this call first changed it. */
+  #noteFinished(id: string): void {
+    if (this.#changedEntries.has(id)) return;
+    const state = this.#records.get(id)?.state;
+    if (state === "completed" || state === "cancelled") this.#wereFinished.add(id);
+  }
+
+  /** Finished jobs read from the journal: kept unless memory knows the MessageID already. */
+  #adoptFinished(entries: readonly JournalEntry[]): void {
+    const fresh = entries.map((entry) => entry.record).filter((record) =>
+      !this.#records.has(record.id)
+    );
+    fresh.sort((a, b) => (a.finishedAt ?? 0) - (b.finishedAt ?? 0));
+    for (const record of fresh) {
+      this.#records.set(record.id, record);
+      this.#retain(record);
+    }
   }
 
   #putPayload(id: string, payload: string): void {
@@ -759,6 +811,21 @@ export class JobStoreEngine implements JobStore {
   /** Tell the listener, once the running call's changes are durable. */
   #notify(notice: (listener: JobStoreListener) => void): void {
     this.#notices.push(notice);
+  }
+
+  /** Read the retained finished jobs after a load, behind whatever calls come first. */
+  #readFinished(epoch: number): void {
+    this.#journal.readFinished().then((entries) =>
+      this.#serial(undefined, () => {
+        if (this.#epoch !== epoch) return Promise.resolve();
+        this.#adoptFinished(entries);
+        this.#finishedRead = true;
+        return Promise.resolve();
+      })
+    ).catch(() => {
+      // Not fatal: the store keeps looking finished jobs up one by one (a closed handle, or a
+      // backend error; the next load reads them again).
+    });
   }
 
   /** Rebuild the index from a journal's snapshot. */

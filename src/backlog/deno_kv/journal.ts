@@ -12,8 +12,10 @@
  * - **Errors.** `database is locked` means not applied and is rethrown (retriable). Any other
  *   failed commit has an unknown outcome; the store then re-reads the journal (`reread`) before
  *   its next call.
- * - **Finished jobs** are written with `expireIn` of the retention, so KV forgets them even if
- *   the store's count-based eviction never gets to them.
+ * - **Finished jobs** (completed, cancelled) move to their own keys, written with `expireIn` of
+ *   the retention (KV forgets them even if the store's count-based eviction never gets to
+ *   them). A load reads only the live jobs, so a restart does not wait for the history; the
+ *   finished ones are read afterwards, and looked up one by one until then.
  *
  * @module
  */
@@ -127,14 +129,17 @@ export class DenoKvJournal implements Journal {
     const writes: Write[] = [];
     const keys = this.#keys;
     for (const [id, entry] of change.entries) {
+      const was = change.wereFinished.has(id) ? keys.done(id) : keys.job(id);
       if (!entry) {
-        writes.push({ kind: "delete", key: keys.job(id) });
+        writes.push({ kind: "delete", key: was });
         continue;
       }
       const finished = entry.record.state === "completed" || entry.record.state === "cancelled";
+      const key = finished ? keys.done(id) : keys.job(id);
+      if (was[was.length - 2] !== key[key.length - 2]) writes.push({ kind: "delete", key: was });
       writes.push({
         kind: "set",
-        key: keys.job(id),
+        key,
         value: encodeEntry(entry),
         ...(finished && this.#retention > 0 ? { expireIn: this.#retention } : {}),
       });
@@ -180,6 +185,35 @@ export class DenoKvJournal implements Journal {
       setKeyBytes += setKey;
     }
     if (batch.length > 0) yield batch;
+  }
+
+  /** Every retained finished job. */
+  async readFinished(): Promise<JournalEntry[]> {
+    const entries: JournalEntry[] = [];
+    const depth = this.#keys.prefix.length;
+    for await (const entry of list(this.#kv, this.#keys.finished)) {
+      const id = entry.key[depth + 1];
+      if (typeof id !== "string") continue; // a hint only: an unreadable one is skipped
+      try {
+        entries.push(decodeEntry(entry.value, id));
+      } catch {
+        // skipped likewise
+      }
+    }
+    return entries;
+  }
+
+  /** The retained finished jobs among `ids`, ten keys per read. */
+  async lookupFinished(ids: readonly string[]): Promise<JournalEntry[]> {
+    const found: JournalEntry[] = [];
+    for (let i = 0; i < ids.length; i += KV_LIMITS.maxGetMany) {
+      const chunk = ids.slice(i, i + KV_LIMITS.maxGetMany);
+      const entries = await this.#kv.getMany(chunk.map((id) => this.#keys.done(id)));
+      entries.forEach((entry, k) => {
+        if (entry.versionstamp !== null) found.push(decodeEntry(entry.value, chunk[k]));
+      });
+    }
+    return found;
   }
 
   /** Throws `QueueFencedError` unless `epoch` still owns the store. */

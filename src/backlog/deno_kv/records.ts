@@ -4,7 +4,8 @@
  * ```text
  * [...P, "epoch"]            {"epoch":n}                    written only by load: the fence
  * [...P, "meta"]             {"v":1,"seq":n}                the work queue's append cursor
- * [...P, "job", id]          {"r":record,"o":order,"a":try} one per job (finished ones expire)
+ * [...P, "job", id]          {"r":record,"o":order,"a":try} one per live job
+ * [...P, "done", id]         {"r":record}                   one per finished job (expiring)
  * [...P, "payload", id, n]   payload bytes, n = 0, 1, ...   until the job is finished
  * ```
  *
@@ -34,6 +35,8 @@ export class JobStoreKeys {
   readonly jobs: KvKey;
   /** List prefix of the payload parts. */
   readonly payloads: KvKey;
+  /** List prefix of the finished jobs' records. */
+  readonly finished: KvKey;
 
   /** Keys under `prefix`. */
   constructor(readonly prefix: KvKey) {
@@ -41,6 +44,12 @@ export class JobStoreKeys {
     this.meta = [...prefix, "meta"];
     this.jobs = [...prefix, "job"];
     this.payloads = [...prefix, "payload"];
+    this.finished = [...prefix, "done"];
+  }
+
+  /** A finished job's record. */
+  done(id: string): KvKey {
+    return [...this.finished, id];
   }
 
   /** A job's record. */

@@ -34,7 +34,7 @@
  *   commit; its continuation parts (keyed by a sequence that is never reused) are deleted right
  *   after, and any a crash leaves behind are deleted by the next load.
  * - **Recent completions.** The same commit writes the job's MessageID and sequence to `done`
- *   slot `seq % completedWindow`, expiring after `completedRetention`, so at most that many keys
+ *   slot `seq % completedWindow` (default 2,000), expiring after `completedRetention`, so at most that many keys
  *   exist and `load` reports them (`recentlyCompleted`): a producer resubmitting a completed job
  *   after a restart gets its sequence back and the job does not run again. They are hints: an
  *   unreadable one is skipped.
@@ -95,7 +95,8 @@ export interface DenoKvWorkQueueOptions {
   readonly prefix?: KvKey;
   /**
    * How many recently completed jobs to remember (one small key each), so that a resubmission
-   * after a restart does not run again. Default 10,000 (0..1,000,000; 0 disables).
+   * after a restart does not run again. A load reads them all (about 10 µs each), so a larger
+   * window makes a restart slower. Default 2,000 (0..1,000,000; 0 disables).
    */
   readonly completedWindow?: number;
   /** How long a remembered completion is kept, ms. Default 86,400,000 (a day). */
@@ -172,7 +173,7 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
       OWNER,
       "completedWindow",
       options.completedWindow,
-      10_000,
+      2_000,
       0,
       1_000_000,
     );

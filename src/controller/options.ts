@@ -54,6 +54,13 @@ export interface WorkPullingControllerOptions {
    * original store sequence and is not dispatched again. Default 10,000 (0 disables).
    */
   readonly dedupeWindow?: number;
+  /**
+   * How many worker incarnation ids to remember for fencing (names' current incarnations and
+   * the ones they replaced), beyond those of live bindings; the least recently registered names
+   * without a live binding are forgotten first (see `incarnations.ts`). Default 16,384
+   * (64..10,000,000).
+   */
+  readonly maxIncarnationHistory?: number;
   /** The time source. Default: the system clock. */
   readonly clock?: Clock;
 }
@@ -75,6 +82,7 @@ export interface ResolvedControllerOptions {
   readonly maxWorkerFrame: number;
   readonly maxInFlightBytes: number;
   readonly dedupeWindow: number;
+  readonly maxIncarnationHistory: number;
   readonly clock: Clock;
 }
 
@@ -180,6 +188,14 @@ export function resolveControllerOptions(
       1024 * 1024 * 1024,
     ),
     dedupeWindow: integerOption(OWNER, "dedupeWindow", options.dedupeWindow, 10_000, 0, 10_000_000),
+    maxIncarnationHistory: integerOption(
+      OWNER,
+      "maxIncarnationHistory",
+      options.maxIncarnationHistory,
+      16_384,
+      64,
+      10_000_000,
+    ),
     clock,
   };
 }

@@ -2,6 +2,12 @@
  * Serving the workpull app on Bun. The only module that imports `hono/bun` (deprecated for
  * Hono v5, whose replacement is not on npm yet): swapping it is a change here only.
  *
+ * Bun enforces two limits natively, before the app sees anything: a WebSocket frame larger than
+ * `maxPayloadLength` (set to the app's `maxFrameBytes`) closes the socket with 1009 before it is
+ * buffered, and an HTTP connection that sends nothing for `headerTimeout` (before its request,
+ * between requests) is closed. Bun keeps accepting when accepts fail (out of descriptors), and
+ * closing a socket with `terminate()` frees it at once.
+ *
  * @module
  */
 
@@ -22,6 +28,7 @@ interface BunRuntime {
   serve(options: {
     port: number;
     hostname: string;
+    idleTimeout: number;
     fetch: (request: Request, server: unknown) => Response | Promise<Response>;
     websocket: BunWebSocketHandler;
   }): { readonly port?: number; stop(closeActiveConnections?: boolean): Promise<void> | void };
@@ -32,8 +39,8 @@ export interface BunWebSocketOptions {
   /** Ping a quiet WebSocket after this long and close it if it stays silent, ms. Default 30,000. */
   readonly idleTimeout?: number;
   /**
-   * Frames larger than this are cut by Bun itself (close 1009) before the app sees them, bytes.
-   * Keep it above the app's `maxFrameBytes` so the app can report oversized frames. Default 1 MiB.
+   * Frames larger than this are cut by Bun itself (close 1009) before they are buffered, bytes.
+   * `serveBun` sets it to the app's `maxFrameBytes`. Default 65,536.
    */
   readonly maxPayloadLength?: number;
 }
@@ -87,7 +94,7 @@ export function bunWebSocket(options: BunWebSocketOptions = {}): BunWebSocketHan
   return {
     ...websocket,
     idleTimeout: idleSeconds("bunWebSocket", options.idleTimeout),
-    maxPayloadLength: options.maxPayloadLength ?? 1024 * 1024,
+    maxPayloadLength: options.maxPayloadLength ?? DEFAULT_MAX_FRAME_BYTES,
     sendPings: true,
   };
 }
@@ -112,7 +119,11 @@ export function bunWebSocket(options: BunWebSocketOptions = {}): BunWebSocketHan
  */
 export function serveBun(options: ServeOptions): WorkpullServer {
   const listen = listenOptions("serveBun", options);
-  const app = buildWorkpullHono({ ...options, upgradeWebSocket: bunUpgrader() });
+  const app = buildWorkpullHono({
+    clientAddress: bunClientAddress,
+    ...options,
+    upgradeWebSocket: bunUpgrader(),
+  });
   const root = listen.basePath ? new Hono().route(listen.basePath, app) : app;
   const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
   const bun = (globalThis as unknown as { Bun?: BunRuntime }).Bun;
@@ -120,10 +131,11 @@ export function serveBun(options: ServeOptions): WorkpullServer {
   const server = bun.serve({
     port: listen.port,
     hostname: listen.hostname,
+    idleTimeout: listen.headerTimeoutSeconds,
     fetch: root.fetch,
     websocket: bunWebSocket({
       idleTimeout: listen.idleTimeoutSeconds * 1000,
-      maxPayloadLength: Math.max(4 * maxFrameBytes, 1024 * 1024),
+      maxPayloadLength: maxFrameBytes,
     }),
   });
   const port = server.port ?? listen.port;
@@ -131,4 +143,13 @@ export function serveBun(options: ServeOptions): WorkpullServer {
   let closing: Promise<void> | undefined;
   const close = () => closing ??= Promise.resolve(server.stop(true)).then(() => {});
   return { app, url, workersUrl, port, close, [Symbol.asyncDispose]: close };
+}
+
+/** The client address Bun knows for a request (its server is the second `fetch` argument). */
+function bunClientAddress(request: Request, env: unknown): string | undefined {
+  const server = env as { requestIP?: (request: Request) => { address?: unknown } | null };
+  const address = typeof server?.requestIP === "function"
+    ? server.requestIP(request)?.address
+    : undefined;
+  return typeof address === "string" ? address : undefined;
 }

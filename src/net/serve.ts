@@ -21,6 +21,13 @@ export interface ServeOptions extends Omit<WorkpullAppOptions, "upgradeWebSocket
    * Rounded up to whole seconds. Default 30,000 (1,000..960,000).
    */
   readonly idleTimeout?: number;
+  /**
+   * Bun closes an HTTP connection that sends nothing for this long — before its first request
+   * (a slow or idle client holding a descriptor) or between requests — ms, rounded up to whole
+   * seconds. Deno.serve has no such timeout (see `docs/SECURITY.md`); on Deno this option is
+   * ignored. Default 10,000 (1,000..255,000).
+   */
+  readonly headerTimeout?: number;
 }
 
 /** A running server. */
@@ -46,6 +53,8 @@ export interface ListenOptions {
   readonly basePath: string;
   /** In whole seconds. */
   readonly idleTimeoutSeconds: number;
+  /** In whole seconds. */
+  readonly headerTimeoutSeconds: number;
 }
 
 /** Validate an idle timeout in ms (default 30 s) and round it up to whole seconds. */
@@ -64,6 +73,9 @@ export function listenOptions(owner: string, options: ServeOptions): ListenOptio
     hostname: options.hostname ?? "127.0.0.1",
     basePath: basePath.replace(/\/+$/, ""),
     idleTimeoutSeconds: idleSeconds(owner, options.idleTimeout),
+    headerTimeoutSeconds: Math.ceil(
+      durationOption(owner, "headerTimeout", options.headerTimeout, 10_000, 1000, 255_000) / 1000,
+    ),
   };
 }
 

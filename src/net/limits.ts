@@ -1,0 +1,119 @@
+/**
+ * The limits the network edge enforces per connection and per credential, with their defaults
+ * and their validation: one place, matching the table in the README's "Limits" section and
+ * `docs/SECURITY.md`.
+ *
+ * The defaults are chosen so that an honest worker never meets them. The frame rate, for
+ * example: a worker sends at most one frame per job it completes (its confirmations are
+ * cumulative, a held `ack` is dropped when a `request` follows, and it tops up demand at half its
+ * window), and a worker with a window of 10,000 running 1 ms jobs measured under 1,100 frames a
+ * second (see `docs/SECURITY.md`); the default allows 2,000 a second sustained and 10,000 at once.
+ *
+ * @module
+ */
+
+import { durationOption, integerOption } from "../core/options.ts";
+
+/** The edge limits, validated, with defaults applied. */
+export interface EdgeLimits {
+  readonly maxConnections: number;
+  readonly maxConnectionsPerIp: number;
+  readonly maxEndpointsPerWorker: number;
+  readonly frameRate: number;
+  readonly frameBurst: number;
+  readonly registrationTimeout: number;
+  readonly recheckInterval: number;
+  readonly maxPayloadDepth: number;
+}
+
+/** The edge-limit options (a subset of the app's options). */
+export interface EdgeLimitOptions {
+  readonly maxConnections?: number;
+  readonly maxConnectionsPerIp?: number;
+  readonly maxEndpointsPerWorker?: number;
+  readonly frameRate?: number;
+  readonly frameBurst?: number;
+  readonly registrationTimeout?: number;
+  readonly recheckInterval?: number;
+  readonly maxPayloadDepth?: number;
+}
+
+/** The default of each edge limit. */
+export const EDGE_LIMIT_DEFAULTS: EdgeLimits = {
+  maxConnections: 10_000,
+  maxConnectionsPerIp: 1_000,
+  maxEndpointsPerWorker: 64,
+  frameRate: 2_000,
+  frameBurst: 2_000,
+  registrationTimeout: 10_000,
+  recheckInterval: 60_000,
+  maxPayloadDepth: 64,
+};
+
+const OWNER = "the workpull app";
+const HOUR = 3_600_000;
+
+/**
+ * Validate the edge limits of `options` (errors name the option) and apply the defaults.
+ *
+ * @example
+ * ```ts
+ * import { resolveEdgeLimits } from "./limits.ts";
+ * console.assert(resolveEdgeLimits({}).frameRate === 2_000);
+ * ```
+ */
+export function resolveEdgeLimits(options: EdgeLimitOptions): EdgeLimits {
+  const d = EDGE_LIMIT_DEFAULTS;
+  return {
+    maxConnections: integerOption(
+      OWNER,
+      "maxConnections",
+      options.maxConnections,
+      d.maxConnections,
+      1,
+      10_000_000,
+    ),
+    maxConnectionsPerIp: integerOption(
+      OWNER,
+      "maxConnectionsPerIp",
+      options.maxConnectionsPerIp,
+      d.maxConnectionsPerIp,
+      1,
+      10_000_000,
+    ),
+    maxEndpointsPerWorker: integerOption(
+      OWNER,
+      "maxEndpointsPerWorker",
+      options.maxEndpointsPerWorker,
+      d.maxEndpointsPerWorker,
+      1,
+      100_000,
+    ),
+    frameRate: integerOption(OWNER, "frameRate", options.frameRate, d.frameRate, 1, 1_000_000),
+    frameBurst: integerOption(OWNER, "frameBurst", options.frameBurst, d.frameBurst, 1, 10_000_000),
+    registrationTimeout: durationOption(
+      OWNER,
+      "registrationTimeout",
+      options.registrationTimeout,
+      d.registrationTimeout,
+      0,
+      HOUR,
+    ),
+    recheckInterval: durationOption(
+      OWNER,
+      "recheckInterval",
+      options.recheckInterval,
+      d.recheckInterval,
+      0,
+      24 * HOUR,
+    ),
+    maxPayloadDepth: integerOption(
+      OWNER,
+      "maxPayloadDepth",
+      options.maxPayloadDepth,
+      d.maxPayloadDepth,
+      1,
+      10_000,
+    ),
+  };
+}

@@ -13,7 +13,7 @@ import { connectWorker } from "../client.ts";
 import type { NetEvent } from "../server.ts";
 import { socketEvents } from "../src/net/socket_link.ts";
 import { TokenBucket } from "../src/net/token_bucket.ts";
-import { startFlow, waitFor, within } from "./fixtures/net_support.ts";
+import { RawWebSocket, startFlow, waitFor, within } from "./fixtures/net_support.ts";
 
 test("a token bucket passes its burst, refuses beyond, and refills with time", () => {
   const bucket = new TokenBucket(1000, 5, 0);
@@ -158,6 +158,57 @@ test(
       flooding = false;
       floodSocket?.close();
       await honest.close();
+      await flow.close();
+    }
+  },
+);
+
+test(
+  "a credential's sockets share one frame budget, and a credential caught flooding is refused new sockets for a while",
+  { timeout: 60_000 },
+  async () => {
+    const flow = await startFlow({}, {
+      frameRate: 1000,
+      frameBurst: 1000,
+      frameRatePerWorker: 1500,
+      floodCooldown: 60_000,
+    });
+    const open: RawWebSocket[] = [];
+    try {
+      const token = await flow.token("spread");
+      for (let i = 0; i < 2; i++) {
+        const { response, ws } = await RawWebSocket.connect(flow.server.port, "/workers", {
+          "Sec-WebSocket-Protocol": `workpull.v1, ${token}`,
+        });
+        assert.equal(response.status, 101);
+        open.push(ws);
+      }
+      // 900 frames each: under each socket's own burst of 1,000, over the shared 1,500.
+      const frame = JSON.stringify({ type: "ack", session: "s", nonce: "n", confirmed: 0 });
+      for (const ws of open) for (let i = 0; i < 900; i++) ws.send(frame);
+      // (Deno may drop the TCP connection before its close frame reaches a peer still sending.)
+      await waitFor(
+        () => flow.net.some((e) => e.kind === "rate-limited" && e.worker === "spread"),
+        "one socket to be closed for the shared budget",
+      );
+      const again = await RawWebSocket.connect(flow.server.port, "/workers", {
+        "Sec-WebSocket-Protocol": `workpull.v1, ${token}`,
+      });
+      assert.equal(again.response.status, 429, "cooling down");
+      assert.equal(again.response.headers["retry-after"], "60");
+      assert.ok(
+        flow.net.some((e) =>
+          e.kind === "connection-refused" && e.reason === "cooling-down" && e.worker === "spread"
+        ),
+      );
+      // Another credential is not affected.
+      const other = await RawWebSocket.connect(flow.server.port, "/workers", {
+        "Sec-WebSocket-Protocol": `workpull.v1, ${await flow.token("other")}`,
+      });
+      assert.equal(other.response.status, 101);
+      open.push(other.ws);
+    } finally {
+      for (const ws of open) ws.destroy();
       await flow.close();
     }
   },

@@ -33,10 +33,14 @@ export const EVICTION_STEPS = 64;
 /** The default bound on remembered incarnation ids. */
 export const DEFAULT_MAX_REMEMBERED = 16_384;
 
+/** One name's history, and its place in the recency list (least recently registered first). */
 interface WorkerHistory {
+  readonly worker: string;
   current: string;
   /** Replaced incarnations, oldest first. */
   replaced: string[] | undefined;
+  older: WorkerHistory | undefined;
+  newer: WorkerHistory | undefined;
 }
 
 /** The verdict on a registering incarnation. */
@@ -69,8 +73,10 @@ export interface IncarnationsOptions {
  * ```
  */
 export class Incarnations {
-  /** By name, least recently registered first. */
   readonly #workers = new Map<string, WorkerHistory>();
+  /** The recency list: a doubly linked list, so moving and evicting are O(1). */
+  #oldest: WorkerHistory | undefined;
+  #newest: WorkerHistory | undefined;
   readonly #maxRemembered: number;
   readonly #isBound: (worker: string) => boolean;
   /** Incarnation ids held: one current per name plus every tombstone. */
@@ -96,14 +102,21 @@ export class Incarnations {
   admit(worker: string, incarnation: string): IncarnationVerdict {
     const history = this.#workers.get(worker);
     if (!history) {
-      this.#workers.set(worker, { current: incarnation, replaced: undefined });
+      const fresh: WorkerHistory = {
+        worker,
+        current: incarnation,
+        replaced: undefined,
+        older: undefined,
+        newer: undefined,
+      };
+      this.#workers.set(worker, fresh);
+      this.#append(fresh);
       this.#size += 1;
       this.#evict();
       return { kind: "current" };
     }
-    // Most recently registered goes last.
-    this.#workers.delete(worker);
-    this.#workers.set(worker, history);
+    this.#unlink(history);
+    this.#append(history);
     if (history.current === incarnation) return { kind: "current" };
     if (history.replaced?.includes(incarnation)) return { kind: "stale" };
     const previous = history.current;
@@ -118,11 +131,11 @@ export class Incarnations {
 
   /** Forget, oldest first, until the history is within its bound (a bounded number of steps). */
   #evict(): void {
-    let steps = 0;
-    for (const [worker, history] of this.#workers) {
-      if (this.#size <= this.#maxRemembered || steps++ >= EVICTION_STEPS) return;
-      if (!this.#isBound(worker)) {
-        this.#workers.delete(worker);
+    for (let steps = 0; steps < EVICTION_STEPS && this.#size > this.#maxRemembered; steps++) {
+      const history = this.#oldest!;
+      this.#unlink(history);
+      if (!this.#isBound(history.worker)) {
+        this.#workers.delete(history.worker);
         this.#size -= 1 + (history.replaced?.length ?? 0);
         continue;
       }
@@ -131,9 +144,23 @@ export class Incarnations {
         this.#size -= replaced.length - TOMBSTONES_UNDER_PRESSURE;
         history.replaced = replaced.slice(-TOMBSTONES_UNDER_PRESSURE);
       }
-      // Visited: move it behind the names not yet looked at.
-      this.#workers.delete(worker);
-      this.#workers.set(worker, history);
+      this.#append(history); // visited: behind the names not looked at yet
     }
+  }
+
+  #append(history: WorkerHistory): void {
+    history.older = this.#newest;
+    history.newer = undefined;
+    if (this.#newest) this.#newest.newer = history;
+    else this.#oldest = history;
+    this.#newest = history;
+  }
+
+  #unlink(history: WorkerHistory): void {
+    if (history.older) history.older.newer = history.newer;
+    else this.#oldest = history.newer;
+    if (history.newer) history.newer.older = history.older;
+    else this.#newest = history.older;
+    history.older = history.newer = undefined;
   }
 }

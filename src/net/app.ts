@@ -30,7 +30,7 @@ import { utf8Length } from "../controller/durable_lane.ts";
 import { durationOption, integerOption, optionsObject } from "../core/options.ts";
 import type { BufferedProducer } from "../producer/buffered_producer.ts";
 import { MAX_ID_LENGTH, SUBPROTOCOL } from "../protocol/schemas.ts";
-import { Admission, type Lease } from "./admission.ts";
+import { Admission, type AdmissionRefusal, type Lease } from "./admission.ts";
 import {
   type AuthFailureReason,
   type AuthOptions,
@@ -111,6 +111,16 @@ export interface WorkpullAppOptions {
   readonly frameRate?: number;
   /** Frames one WebSocket may send at once before `frameRate` applies. Default 2,000. */
   readonly frameBurst?: number;
+  /**
+   * Frames a second all WebSockets of one worker credential may send together (also the burst);
+   * the socket that runs the shared budget dry is closed with 1008. Default 10,000.
+   */
+  readonly frameRatePerWorker?: number;
+  /**
+   * After one of its sockets was closed for flooding, a worker credential's new sockets are
+   * refused (429 `cooling-down`) for this long, ms. Default 5,000.
+   */
+  readonly floodCooldown?: number;
   /** Close (1008) a WebSocket that has not registered within this long, ms. Default 10,000. */
   readonly registrationTimeout?: number;
   /**
@@ -326,17 +336,23 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
   };
   const refuseConnection = (
     c: Context,
-    reason: "too-many-connections" | "too-many-from-address" | "too-many-endpoints",
+    reason: AdmissionRefusal,
     address: string | undefined,
     worker: string | undefined,
   ) => {
     report(onEvent, { kind: "connection-refused", reason, address, worker });
-    c.header("Retry-After", "1");
-    return c.json({ error: reason }, reason === "too-many-endpoints" ? 429 : 503);
+    const perWorker = reason === "too-many-endpoints" || reason === "cooling-down";
+    c.header(
+      "Retry-After",
+      reason === "cooling-down" ? String(Math.ceil(limits.floodCooldown / 1000)) : "1",
+    );
+    return c.json({ error: reason }, perWorker ? 429 : 503);
   };
 
   /** Upgrade requests whose socket took over their leases. */
   const upgraded = new WeakSet<Request>();
+  /** The frame budget each upgrade shares with its credential's other sockets. */
+  const sharedFrames = new WeakMap<Request, () => boolean>();
   const app = new Hono();
 
   app.use("*", async (c, next) => {
@@ -378,6 +394,7 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
         const lease = admission.endpoint(worker);
         if (typeof lease === "string") return refuseConnection(c, lease, addressOf(c), worker);
         leases.get(c.req.raw)?.push(lease);
+        sharedFrames.set(c.req.raw, lease.takeFrame);
       }
       await next();
     },
@@ -389,11 +406,13 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
       upgraded.add(request);
       // The upgrade request outlives the upgrade only as a copy (Deno closes the original).
       const original = new Request(request.url, { headers: request.headers });
+      const worker = identity.worker;
       return socketEvents((link) => controller.attach(link, identity), {
         maxFrameBytes,
         maxBufferedBytes,
         frameRate: limits.frameRate,
         frameBurst: limits.frameBurst,
+        takeSharedFrame: sharedFrames.get(request),
         registrationTimeout: limits.registrationTimeout,
         expiresAt: expiries.get(request),
         recheck: limits.recheckInterval > 0
@@ -403,8 +422,13 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
             )
           : undefined,
         recheckInterval: limits.recheckInterval,
-        worker: identity.worker,
-        onEvent,
+        worker,
+        onEvent: (event) => {
+          if (event.kind === "rate-limited" && worker !== undefined) {
+            admission.coolDown(worker, limits.floodCooldown);
+          }
+          report(onEvent, event);
+        },
         onFinish: () => releaseAll(held),
       });
     }),

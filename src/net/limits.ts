@@ -4,10 +4,12 @@
  * `docs/SECURITY.md`.
  *
  * The defaults are chosen so that an honest worker never meets them. The frame rate, for
- * example: a worker sends at most one frame per job it completes (its confirmations are
+ * example: a worker endpoint sends at most one frame per job it completes (its confirmations are
  * cumulative, a held `ack` is dropped when a `request` follows, and it tops up demand at half its
- * window), and a worker with a window of 10,000 running 1 ms jobs measured under 1,100 frames a
- * second (see `docs/SECURITY.md`); the default allows 2,000 a second sustained and 10,000 at once.
+ * window), so about `2 / window` frames a job once its buffer holds work: 4 endpoints with a
+ * window of 10,000 running 1 ms jobs measured 5 frames a second in all, and one endpoint with a
+ * window of 1 (one frame per job, the worst case) about 460 (see `docs/SECURITY.md`). The
+ * defaults allow 2,000 a second per connection and 10,000 per worker credential.
  *
  * @module
  */
@@ -21,6 +23,8 @@ export interface EdgeLimits {
   readonly maxEndpointsPerWorker: number;
   readonly frameRate: number;
   readonly frameBurst: number;
+  readonly frameRatePerWorker: number;
+  readonly floodCooldown: number;
   readonly registrationTimeout: number;
   readonly recheckInterval: number;
   readonly maxPayloadDepth: number;
@@ -33,6 +37,8 @@ export interface EdgeLimitOptions {
   readonly maxEndpointsPerWorker?: number;
   readonly frameRate?: number;
   readonly frameBurst?: number;
+  readonly frameRatePerWorker?: number;
+  readonly floodCooldown?: number;
   readonly registrationTimeout?: number;
   readonly recheckInterval?: number;
   readonly maxPayloadDepth?: number;
@@ -45,6 +51,8 @@ export const EDGE_LIMIT_DEFAULTS: EdgeLimits = {
   maxEndpointsPerWorker: 64,
   frameRate: 2_000,
   frameBurst: 2_000,
+  frameRatePerWorker: 10_000,
+  floodCooldown: 5_000,
   registrationTimeout: 10_000,
   recheckInterval: 60_000,
   maxPayloadDepth: 64,
@@ -91,6 +99,22 @@ export function resolveEdgeLimits(options: EdgeLimitOptions): EdgeLimits {
     ),
     frameRate: integerOption(OWNER, "frameRate", options.frameRate, d.frameRate, 1, 1_000_000),
     frameBurst: integerOption(OWNER, "frameBurst", options.frameBurst, d.frameBurst, 1, 10_000_000),
+    frameRatePerWorker: integerOption(
+      OWNER,
+      "frameRatePerWorker",
+      options.frameRatePerWorker,
+      d.frameRatePerWorker,
+      1,
+      10_000_000,
+    ),
+    floodCooldown: durationOption(
+      OWNER,
+      "floodCooldown",
+      options.floodCooldown,
+      d.floodCooldown,
+      0,
+      HOUR,
+    ),
     registrationTimeout: durationOption(
       OWNER,
       "registrationTimeout",

@@ -22,11 +22,16 @@ export type NetEvent =
   /**
    * A request or upgrade was refused with 503 (`too-many-connections`: the server's total,
    * `too-many-from-address`: the client address's share) or 429 (`too-many-endpoints`: the
-   * worker credential's share) before anything else happened.
+   * worker credential's share; `cooling-down`: the credential was caught flooding) before
+   * anything else happened.
    */
   | {
     readonly kind: "connection-refused";
-    readonly reason: "too-many-connections" | "too-many-from-address" | "too-many-endpoints";
+    readonly reason:
+      | "too-many-connections"
+      | "too-many-from-address"
+      | "too-many-endpoints"
+      | "cooling-down";
     readonly address: string | undefined;
     readonly worker: string | undefined;
   }

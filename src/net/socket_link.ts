@@ -4,8 +4,9 @@
  *
  * What this edge adds to the socket, in the order a frame meets it:
  * - **Inbound rate limit**: each connection has a token bucket (`frameRate` a second, `frameBurst`
- *   at once). A connection that runs it dry is flooding: it is closed with 1008 before the frame
- *   is even measured, so a flood costs the server one comparison a frame until the close.
+ *   at once), and draws from its credential's shared one too (`takeSharedFrame`). A connection
+ *   that runs either dry is flooding: it is closed with 1008 before the frame is even measured,
+ *   so a flood costs the server one comparison a frame until the close.
  * - **Inbound size limit**: a frame over `maxFrameBytes` (UTF-8 bytes) is not parsed; the
  *   connection closes with 1009. (Bun cuts larger frames before buffering them, see `bun.ts`;
  *   Deno hands over whole frames up to its own 64 MiB ceiling.)
@@ -106,6 +107,8 @@ export interface SocketLinkOptions {
   readonly frameRate?: number;
   /** Inbound frames at once (the bucket's size). Default: `frameRate`. */
   readonly frameBurst?: number;
+  /** A token from the budget this connection shares with others (its credential's); false: none left. */
+  readonly takeSharedFrame?: () => boolean;
   /** Close (1008) a connection that has not registered within this long, ms. Default: never. */
   readonly registrationTimeout?: number;
   /** When the connection's credential expires, Unix ms: it is closed with 4003 then. */
@@ -271,7 +274,10 @@ export function socketEvents(
     onMessage(event, _ws) {
       guard(() => {
         if (closed || !receiver) return;
-        if (bucket && !bucket.take(performance.now())) {
+        if (
+          (bucket && !bucket.take(performance.now())) ||
+          (options.takeSharedFrame && !options.takeSharedFrame())
+        ) {
           return policy("rate-limited", "frame rate limit exceeded");
         }
         const data = event.data;

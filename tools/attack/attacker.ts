@@ -7,10 +7,10 @@
  */
 
 import process from "node:process";
-import { ATTACKS } from "./attacks.ts";
+import { ATTACKS, EXTRA_ATTACKS } from "./attacks.ts";
 
 const { attack, port, secret, seconds, scale } = JSON.parse(process.env.WORKPULL_ATTACKER ?? "{}");
-const run = ATTACKS[attack];
+const run = ATTACKS[attack] ?? EXTRA_ATTACKS[attack];
 if (!run) {
   console.error(`unknown attack ${attack}`);
   process.exit(2);

@@ -283,12 +283,12 @@ export const hoard: Attack = async (context) => {
 
 /**
  * Frames far over the limit (weakness 6): rounds of `8 × scale` connections (at least 2), each
- * sending one frame of 16 MiB at the same time.
+ * sending one frame of `16 MiB × scale` (at least 1 MiB) at the same time.
  */
 export const oversizedFrames: Attack = async (context) => {
   const counts: AttackCounts = {};
   const token = await workerToken(context, "bigframes");
-  const frame = "x".repeat(16 * 1024 * 1024);
+  const frame = "x".repeat(Math.max(1, Math.round(16 * context.scale)) * 1024 * 1024);
   const parallel = Math.max(2, Math.round(8 * context.scale));
   while (alive(context)) {
     await Promise.all(Array.from({ length: parallel }, async () => {
@@ -308,8 +308,8 @@ export const oversizedFrames: Attack = async (context) => {
 };
 
 /**
- * Peers that register, ask for a full window of jobs, keep heartbeating and never read what the
- * server sends (weakness 7): `20 × scale` of them (at least 2).
+ * Peers that register, ask for jobs, keep heartbeating and never read what the server sends
+ * (weakness 7): `20 × scale` of them (at least 2), each with a window of 200.
  */
 export const noRead: Attack = async (context) => {
   const counts: AttackCounts = {};
@@ -349,7 +349,7 @@ export const noRead: Attack = async (context) => {
         session,
         nonce,
         confirmed: 0,
-        upTo: 10_000,
+        upTo: 200,
         resend: false,
       }));
       peer.stopReading();
@@ -418,6 +418,12 @@ export const badCredentials: Attack = async (context) => {
   return counts;
 };
 
+/** No attack at all: calibrates how much throughput and memory drift on their own. */
+export const baseline: Attack = async (context) => {
+  while (alive(context)) await sleep(100);
+  return {};
+};
+
 /** Every attack by name, in the order the soak runs them. */
 export const ATTACKS: Readonly<Record<string, Attack>> = {
   "idle-sockets": idleSockets,
@@ -430,3 +436,6 @@ export const ATTACKS: Readonly<Record<string, Attack>> = {
   "no-read": noRead,
   "bad-credentials": badCredentials,
 };
+
+/** Attacks that exist but are not run unless named (`--only`). */
+export const EXTRA_ATTACKS: Readonly<Record<string, Attack>> = { baseline };

@@ -97,6 +97,8 @@ const stats = setInterval(() => {
     failed,
     pending: snapshot.pending,
     workers: snapshot.workers.length,
+    inFlight: snapshot.workers.reduce((sum, worker) => sum + worker.inFlight, 0),
+    windows: snapshot.workers.reduce((sum, worker) => sum + worker.window, 0),
     net: netCounts,
   });
 }, config.statsEvery);

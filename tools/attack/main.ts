@@ -18,7 +18,7 @@ import { parseArgs } from "node:util";
 import process from "node:process";
 import { type Child, killAll, spawnChild, withTimeout } from "../../bench/lib/proc.ts";
 import { repoPath, type Runtime, runtime, scriptCommand } from "../../bench/lib/runtime.ts";
-import { ATTACKS } from "./attacks.ts";
+import { ATTACKS, EXTRA_ATTACKS } from "./attacks.ts";
 import type { ControllerConfig } from "./controller_process.ts";
 import type { HonestConfig } from "./honest_worker.ts";
 
@@ -31,7 +31,8 @@ and the controller survives. One summary line on stdout; progress on stderr. Exi
   --seconds N          length of each attack (default 10; 2 with --short)
   --settle N           seconds between attacks, for memory to settle (default 5; 2 with --short)
   --runtime R          runtime of the controller: deno or bun (default: deno)
-  --only a,b,...       run only these attacks (default: all): ${Object.keys(ATTACKS).join(", ")}
+  --only a,b,...       run only these attacks (default: all): ${Object.keys(ATTACKS).join(", ")};
+                       also "baseline" (no attack: the drift of throughput and memory alone)
   --scale X            attack strength (default 1; 0.1 with --short)
   --fd-limit N         open-file limit of the controller process (default 1024; 0 leaves it)
   --min-throughput P   honest throughput during an attack, % of before (default 80)
@@ -88,7 +89,7 @@ const names = values.only
   ? values.only.split(",").map((name) => name.trim())
   : Object.keys(ATTACKS);
 for (const name of names) {
-  if (!ATTACKS[name]) {
+  if (!ATTACKS[name] && !EXTRA_ATTACKS[name]) {
     process.stderr.write(`unknown attack ${name}; known: ${Object.keys(ATTACKS).join(", ")}\n`);
     process.exit(2);
   }
@@ -111,20 +112,26 @@ interface AttackResult {
   readonly refusals: Record<string, number>;
 }
 
-/** Spawn a TypeScript file on `on`, optionally under an open-file limit. */
+/**
+ * Spawn a TypeScript file on `on`, optionally under an open-file limit, or at the lowest CPU
+ * priority (`nice`): an attacker's own CPU use is not the server's doing, and on a small machine
+ * it would otherwise be charged to the honest worker it competes with.
+ */
 function spawnScript(
   name: string,
   on: Runtime,
   script: string,
   env: Record<string, string>,
-  options: { stdin?: boolean; flags?: string[]; fdLimit?: number } = {},
+  options: { stdin?: boolean; flags?: string[]; fdLimit?: number; nice?: boolean } = {},
 ): Child {
   const { command, args } = scriptCommand(on, repoPath(script), options.flags ?? []);
-  if (!options.fdLimit) return spawnChild(name, command, args, { env, stdin: options.stdin });
+  const limit = options.fdLimit ? `ulimit -n ${options.fdLimit} && ` : "";
+  const nice = options.nice ? "nice -n 19 " : "";
+  if (!limit && !nice) return spawnChild(name, command, args, { env, stdin: options.stdin });
   return spawnChild(
     name,
     "bash",
-    ["-c", `ulimit -n ${options.fdLimit} && exec "$0" "$@"`, command, ...args],
+    ["-c", `${limit}exec ${nice}"$0" "$@"`, command, ...args],
     { env, stdin: options.stdin },
   );
 }
@@ -169,8 +176,11 @@ async function main(): Promise<boolean> {
   const ready = await controller.next((r) => r.ev === "ready", "the controller to listen");
   const port = Number(ready.port);
   let refusals: Record<string, number> = {};
+  let pending = 0;
   controller.onReport((report) => {
-    if (report.ev === "stats") refusals = report.net as Record<string, number>;
+    if (report.ev !== "stats") return;
+    refusals = report.net as Record<string, number>;
+    pending = Number(report.pending);
   });
 
   const honestConfig: HonestConfig = {
@@ -199,11 +209,12 @@ async function main(): Promise<boolean> {
     }
   });
 
-  // Warm up, then take the starting point.
-  await sleep(Math.max(2, settle) * 1000);
+  // Warm up (the allocators and the JIT settle into their working set), then take the start.
+  const warmup = short ? Math.max(4, settle) : Math.max(10, settle);
+  await sleep(warmup * 1000);
   const start = await memoryAfterGc(controller);
   const startRss = start.rss;
-  const warm = throughput(Date.now() - Math.max(2, settle) * 1000 + 500, Date.now());
+  const warm = throughput(Date.now() - warmup * 1000 + 500, Date.now());
   const frameRate = (() => {
     const recent = progress.filter((p) => p.t >= Date.now() - 2000);
     if (recent.length < 2) return 0;
@@ -223,7 +234,7 @@ async function main(): Promise<boolean> {
     const startedAt = Date.now();
     const attacker = spawnScript(attack, runtime, "tools/attack/attacker.ts", {
       WORKPULL_ATTACKER: JSON.stringify({ attack, port, secret: SECRET, seconds, scale }),
-    });
+    }, { nice: true });
     const refusalsBefore = { ...refusals };
     const done = await attacker.next(
       (r) => r.ev === "done",
@@ -232,7 +243,14 @@ async function main(): Promise<boolean> {
     );
     await attacker.kill();
     const during = throughput(startedAt, Date.now());
-    await sleep(settle * 1000);
+    // Settle: the jobs the attack held are back in the pool; wait until they are worked off.
+    const settleUntil = Date.now() + settle * 1000;
+    const giveUp = Date.now() + 60_000;
+    while (
+      Date.now() < settleUntil || (pending > controllerConfig.backlog && Date.now() < giveUp)
+    ) {
+      await sleep(250);
+    }
     const { rss, heap } = await memoryAfterGc(controller);
     const result: AttackResult = {
       attack,
@@ -311,7 +329,7 @@ const pct = (ratio: number) => `${(ratio * 100).toFixed(0)}%`;
 const signedPct = (ratio: number) => `${ratio >= 0 ? "+" : ""}${(ratio * 100).toFixed(0)}%`;
 
 // Everything is bounded: the whole run is killed after its planned length plus a margin.
-const planned = (Math.max(2, settle) + names.length * (seconds + settle + 5) + 180) * 1000;
+const planned = (Math.max(10, settle) + names.length * (seconds + settle + 65) + 180) * 1000;
 let passed = false;
 try {
   passed = await withTimeout(main(), planned, "the attack soak");

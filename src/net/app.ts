@@ -106,14 +106,14 @@ export interface WorkpullAppOptions {
   readonly maxEndpointsPerWorker?: number;
   /**
    * Sustained frames a second one WebSocket may send (a token bucket); a connection past it is
-   * closed with 1008. Default 2,000 (1..1,000,000).
+   * closed with 1008. Default 5,000 (1..1,000,000).
    */
   readonly frameRate?: number;
-  /** Frames one WebSocket may send at once before `frameRate` applies. Default 2,000. */
+  /** Frames one WebSocket may send at once before `frameRate` applies. Default 5,000. */
   readonly frameBurst?: number;
   /**
    * Frames a second all WebSockets of one worker credential may send together (also the burst);
-   * the socket that runs the shared budget dry is closed with 1008. Default 10,000.
+   * the socket that runs the shared budget dry is closed with 1008. Default 20,000.
    */
   readonly frameRatePerWorker?: number;
   /**

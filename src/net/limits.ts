@@ -8,8 +8,9 @@
  * cumulative, a held `ack` is dropped when a `request` follows, and it tops up demand at half its
  * window), so about `2 / window` frames a job once its buffer holds work: 4 endpoints with a
  * window of 10,000 running 1 ms jobs measured 5 frames a second in all, and one endpoint with a
- * window of 1 (one frame per job, the worst case) about 460 (see `docs/SECURITY.md`). The
- * defaults allow 2,000 a second per connection and 10,000 per worker credential.
+ * window of 1 (one frame per job, the worst case) as many frames as jobs. The defaults allow
+ * 5,000 a second per connection — 250,000 jobs a second at a window of 100, 25,000 at a window
+ * of 10 — and 20,000 per worker credential.
  *
  * @module
  */
@@ -49,9 +50,9 @@ export const EDGE_LIMIT_DEFAULTS: EdgeLimits = {
   maxConnections: 10_000,
   maxConnectionsPerIp: 1_000,
   maxEndpointsPerWorker: 64,
-  frameRate: 2_000,
-  frameBurst: 2_000,
-  frameRatePerWorker: 10_000,
+  frameRate: 5_000,
+  frameBurst: 5_000,
+  frameRatePerWorker: 20_000,
   floodCooldown: 5_000,
   registrationTimeout: 10_000,
   recheckInterval: 60_000,
@@ -67,7 +68,7 @@ const HOUR = 3_600_000;
  * @example
  * ```ts
  * import { resolveEdgeLimits } from "./limits.ts";
- * console.assert(resolveEdgeLimits({}).frameRate === 2_000);
+ * console.assert(resolveEdgeLimits({}).frameRate === 5_000);
  * ```
  */
 export function resolveEdgeLimits(options: EdgeLimitOptions): EdgeLimits {

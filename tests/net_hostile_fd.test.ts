@@ -3,15 +3,17 @@
  * file descriptors. On Deno the failed accept ended `Deno.serve`'s loop with an unhandled
  * rejection and the process exited; now the server logs it, sheds new connections for a while
  * and listens again, and established workers never notice. The server runs in a child process
- * with `ulimit -n 256`.
+ * with `ulimit -n 256`. Also the limits on connections the app can see: per client address, in
+ * total, a registration deadline for WebSockets, and (Bun) a header timeout.
  */
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { CloseCode } from "../mod.ts";
 import { connectWorker } from "../client.ts";
 import { signToken } from "../server.ts";
 import { idleSockets, ServerProcess } from "./fixtures/hostile_support.ts";
-import { runtime, waitFor } from "./fixtures/net_support.ts";
+import { RawWebSocket, runtime, startFlow, waitFor, within } from "./fixtures/net_support.ts";
 
 const SECRET = "fd-test-secret-0123456789-abcdefghijklmnopqrstuvwxyz";
 
@@ -74,6 +76,157 @@ test(
       await late?.close();
       await honest.close();
       await server.kill();
+    }
+  },
+);
+
+test(
+  "connections are capped per client address and in total, before authentication",
+  { timeout: 60_000 },
+  async () => {
+    const flow = await startFlow({}, { maxConnectionsPerIp: 3, maxConnections: 5 });
+    const open: RawWebSocket[] = [];
+    try {
+      const upgrade = async (worker: string) => {
+        const { response, ws } = await RawWebSocket.connect(flow.server.port, "/workers", {
+          "Sec-WebSocket-Protocol": `workpull.v1, ${await flow.token(worker)}`,
+        });
+        if (response.status === 101) open.push(ws);
+        return response.status;
+      };
+      assert.deepEqual(
+        [await upgrade("a"), await upgrade("b"), await upgrade("c"), await upgrade("d")],
+        [101, 101, 101, 503],
+      );
+      const refusal = flow.net.find((e) => e.kind === "connection-refused");
+      assert.ok(refusal?.kind === "connection-refused");
+      assert.equal(refusal.reason, "too-many-from-address");
+      assert.equal(refusal.address, "127.0.0.1");
+      // Plain HTTP requests count while they are answered, and are refused the same way.
+      const stats = await fetch(new URL("stats", flow.server.url));
+      assert.equal(stats.status, 503);
+      assert.equal((await stats.json()).error, "too-many-from-address");
+      // A closed socket gives its place back.
+      open.shift()!.destroy();
+      let status = 0;
+      for (let attempt = 0; attempt < 100 && status !== 101; attempt++) {
+        status = await upgrade("e");
+        if (status !== 101) await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      assert.equal(status, 101);
+    } finally {
+      for (const ws of open) ws.destroy();
+      await flow.close();
+    }
+
+    const small = await startFlow({}, { maxConnections: 2 });
+    const held: RawWebSocket[] = [];
+    try {
+      for (const worker of ["a", "b", "c"]) {
+        const { response, ws } = await RawWebSocket.connect(small.server.port, "/workers", {
+          "Sec-WebSocket-Protocol": `workpull.v1, ${await small.token(worker)}`,
+        });
+        if (response.status === 101) held.push(ws);
+        else {
+          assert.equal(response.status, 503);
+          assert.ok(
+            small.net.some((e) =>
+              e.kind === "connection-refused" && e.reason === "too-many-connections"
+            ),
+          );
+        }
+      }
+      assert.equal(held.length, 2);
+    } finally {
+      for (const ws of held) ws.destroy();
+      await small.close();
+    }
+  },
+);
+
+test(
+  "a WebSocket that does not register within registrationTimeout is closed with 1008, however chatty",
+  { timeout: 60_000 },
+  async () => {
+    const flow = await startFlow({}, { registrationTimeout: 300 });
+    const open: RawWebSocket[] = [];
+    try {
+      const connect = async (worker: string) => {
+        const { response, ws } = await RawWebSocket.connect(flow.server.port, "/workers", {
+          "Sec-WebSocket-Protocol": `workpull.v1, ${await flow.token(worker)}`,
+        });
+        assert.equal(response.status, 101);
+        open.push(ws);
+        return ws;
+      };
+      const idler = await connect("idler");
+      const chatty = await connect("chatty");
+      const honest = await connect("honest");
+      honest.send(JSON.stringify({
+        type: "register",
+        producer: "jobs",
+        worker: "honest",
+        incarnation: "i1",
+        nonce: "n1",
+        resendInterval: 2000,
+      }));
+      // Frames that are valid but never bind: a wrong producer, and stale acks.
+      const chatter = setInterval(() => {
+        chatty.send(JSON.stringify({
+          type: "register",
+          producer: "other",
+          worker: "chatty",
+          incarnation: "i1",
+          nonce: crypto.randomUUID(),
+          resendInterval: 2000,
+        }));
+      }, 50);
+      try {
+        await waitFor(
+          () => idler.closeCode !== undefined && chatty.closeCode !== undefined,
+          "both unregistered sockets to be closed",
+        );
+      } finally {
+        clearInterval(chatter);
+      }
+      assert.equal(idler.closeCode, CloseCode.policy);
+      assert.equal(chatty.closeCode, CloseCode.policy);
+      assert.equal(
+        flow.net.filter((e) => e.kind === "registration-timeout").length,
+        2,
+      );
+      assert.equal(honest.closeCode, undefined, "the registered socket stays");
+      assert.deepEqual(flow.controller.stats().workers.map((w) => w.worker), ["honest"]);
+    } finally {
+      for (const ws of open) ws.destroy();
+      await flow.close();
+    }
+  },
+);
+
+test(
+  "on Bun a connection that sends nothing is closed within 20 s, and one idle after a request after httpIdleTimeout",
+  { timeout: 60_000, skip: runtime !== "bun" && "Deno.serve has no header or idle timeout" },
+  async () => {
+    const flow = await startFlow({}, { httpIdleTimeout: 1000 });
+    try {
+      const [silent, keptAlive] = await idleSockets(flow.server.port, 2);
+      const closed = (socket: typeof silent) =>
+        new Promise<number>((resolve) => socket.on("close", () => resolve(performance.now())));
+      const start = performance.now();
+      const silentClosed = closed(silent);
+      const keptAliveClosed = closed(keptAlive);
+      keptAlive.on("data", () => {});
+      keptAlive.write(`GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`);
+      const idleAfterRequest = await within(
+        keptAliveClosed,
+        "the idle keep-alive to close",
+        15_000,
+      );
+      assert.ok(idleAfterRequest - start < 10_000, "closed well before Bun's 10 s default");
+      await within(silentClosed, "the silent connection to close", 20_000);
+    } finally {
+      await flow.close();
     }
   },
 );

@@ -2,11 +2,13 @@
  * Serving the workpull app on Bun. The only module that imports `hono/bun` (deprecated for
  * Hono v5, whose replacement is not on npm yet): swapping it is a change here only.
  *
- * Bun enforces two limits natively, before the app sees anything: a WebSocket frame larger than
+ * Bun enforces limits natively, before the app sees anything: a WebSocket frame larger than
  * `maxPayloadLength` (set to the app's `maxFrameBytes`) closes the socket with 1009 before it is
- * buffered, and an HTTP connection that sends nothing for `headerTimeout` (before its request,
- * between requests) is closed. Bun keeps accepting when accepts fail (out of descriptors), and
- * closing a socket with `terminate()` frees it at once.
+ * buffered; an HTTP connection idle for `httpIdleTimeout` between requests, or waiting that long
+ * for an answer, is closed (Bun's `idleTimeout`); and a connection that has not completed a
+ * request within about 10 s is closed whatever the options say (Bun's own header timeout,
+ * measured at 12 s). Bun keeps accepting when accepts fail (out of descriptors), and closing a
+ * socket with `terminate()` frees it at once.
  *
  * @module
  */
@@ -131,7 +133,7 @@ export function serveBun(options: ServeOptions): WorkpullServer {
   const server = bun.serve({
     port: listen.port,
     hostname: listen.hostname,
-    idleTimeout: listen.headerTimeoutSeconds,
+    idleTimeout: listen.httpIdleTimeoutSeconds,
     fetch: root.fetch,
     websocket: bunWebSocket({
       idleTimeout: listen.idleTimeoutSeconds * 1000,

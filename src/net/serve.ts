@@ -22,12 +22,13 @@ export interface ServeOptions extends Omit<WorkpullAppOptions, "upgradeWebSocket
    */
   readonly idleTimeout?: number;
   /**
-   * Bun closes an HTTP connection that sends nothing for this long — before its first request
-   * (a slow or idle client holding a descriptor) or between requests — ms, rounded up to whole
-   * seconds. Deno.serve has no such timeout (see `docs/SECURITY.md`); on Deno this option is
-   * ignored. Default 10,000 (1,000..255,000).
+   * Bun closes an HTTP connection idle this long between requests, or waiting this long for an
+   * answer, ms, rounded up to whole seconds (Bun's `idleTimeout`, checked every few seconds). A
+   * connection that never completes a request is closed by Bun after about 10 s regardless.
+   * Deno.serve has neither timeout (see `docs/SECURITY.md`); on Deno this option is ignored.
+   * Default 10,000 (1,000..255,000).
    */
-  readonly headerTimeout?: number;
+  readonly httpIdleTimeout?: number;
 }
 
 /** A running server. */
@@ -54,7 +55,7 @@ export interface ListenOptions {
   /** In whole seconds. */
   readonly idleTimeoutSeconds: number;
   /** In whole seconds. */
-  readonly headerTimeoutSeconds: number;
+  readonly httpIdleTimeoutSeconds: number;
 }
 
 /** Validate an idle timeout in ms (default 30 s) and round it up to whole seconds. */
@@ -73,8 +74,9 @@ export function listenOptions(owner: string, options: ServeOptions): ListenOptio
     hostname: options.hostname ?? "127.0.0.1",
     basePath: basePath.replace(/\/+$/, ""),
     idleTimeoutSeconds: idleSeconds(owner, options.idleTimeout),
-    headerTimeoutSeconds: Math.ceil(
-      durationOption(owner, "headerTimeout", options.headerTimeout, 10_000, 1000, 255_000) / 1000,
+    httpIdleTimeoutSeconds: Math.ceil(
+      durationOption(owner, "httpIdleTimeout", options.httpIdleTimeout, 10_000, 1000, 255_000) /
+        1000,
     ),
   };
 }

@@ -308,7 +308,11 @@ export function socketEvents(
       });
     },
     onError() {
-      // A close event follows; nothing to do here, and nothing may escape.
+      // After an open, a close event follows. Before it (Deno: the upgrade failed) none will:
+      // finish here so the connection's places are given back.
+      guard(() => {
+        if (!socket) finish(1006, "the upgrade failed");
+      });
     },
   };
 }

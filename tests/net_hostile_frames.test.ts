@@ -10,7 +10,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { connectWorker } from "../client.ts";
-import { runtime, startFlow, waitFor, within } from "./fixtures/net_support.ts";
+import { RawWebSocket, runtime, startFlow, waitFor, within } from "./fixtures/net_support.ts";
 
 const LIMIT = 4096;
 
@@ -62,6 +62,14 @@ test(
         assert.equal(report.bytes, undefined, "Bun cut the frame: the app never held it");
       } else {
         assert.equal(report.bytes, size, "Deno hands the frame over whole; it is not parsed");
+        // 128 times over the limit: no accident. The credential cools down.
+        const again = await RawWebSocket.connect(flow.server.port, "/workers", {
+          "Sec-WebSocket-Protocol": `workpull.v1, ${token}`,
+        });
+        assert.equal(again.response.status, 429);
+        assert.ok(
+          flow.net.some((e) => e.kind === "connection-refused" && e.reason === "cooling-down"),
+        );
       }
       assert.equal(report.limit, LIMIT);
       assert.equal(flow.controller.state, "running");

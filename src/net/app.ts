@@ -117,8 +117,9 @@ export interface WorkpullAppOptions {
    */
   readonly frameRatePerWorker?: number;
   /**
-   * After one of its sockets was closed for flooding, a worker credential's new sockets are
-   * refused (429 `cooling-down`) for this long, ms. Default 5,000.
+   * After one of its sockets was closed for flooding (or for a frame more than 16 times over
+   * `maxFrameBytes`), a worker credential's new sockets are refused (429 `cooling-down`) for this
+   * long, ms. Default 5,000.
    */
   readonly floodCooldown?: number;
   /** Close (1008) a WebSocket that has not registered within this long, ms. Default 10,000. */
@@ -160,6 +161,8 @@ const SubmitJob = v.strictObject({ payload: v.unknown(), messageId: v.optional(M
 type SubmitJob = v.InferOutput<typeof SubmitJob>;
 /** `{ payload }` nests in `{ jobs: [ ... ] }`: three levels around the payload at most. */
 const ENVELOPE_DEPTH = 3;
+/** A frame this many times over `maxFrameBytes` puts its credential in cool-down. */
+const GROSSLY_OVERSIZED = 16;
 
 const OWNER = "the workpull app";
 /** The default largest frame accepted from a worker, UTF-8 bytes. */
@@ -424,9 +427,12 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
         recheckInterval: limits.recheckInterval,
         worker,
         onEvent: (event) => {
-          if (event.kind === "rate-limited" && worker !== undefined) {
-            admission.coolDown(worker, limits.floodCooldown);
-          }
+          // A flood, or a frame far over the limit (which Deno buffers whole before the app can
+          // refuse it), is no accident: the credential cools down.
+          const abusive = event.kind === "rate-limited" ||
+            (event.kind === "frame-too-large" && event.bytes !== undefined &&
+              event.bytes > GROSSLY_OVERSIZED * maxFrameBytes);
+          if (abusive && worker !== undefined) admission.coolDown(worker, limits.floodCooldown);
           report(onEvent, event);
         },
         onFinish: () => releaseAll(held),

@@ -231,6 +231,7 @@ async function main(): Promise<boolean> {
   const results: AttackResult[] = [];
   for (const attack of names) {
     const before = throughput(Date.now() - seconds * 1000, Date.now());
+    const rssBefore = results.at(-1)?.rss ?? startRss;
     const startedAt = Date.now();
     const attacker = spawnScript(attack, runtime, "tools/attack/attacker.ts", {
       WORKPULL_ATTACKER: JSON.stringify({ attack, port, secret: SECRET, seconds, scale }),
@@ -267,9 +268,11 @@ async function main(): Promise<boolean> {
     log(
       `${attack.padEnd(17)} honest ${before.toFixed(0)} -> ${during.toFixed(0)} jobs/s (${
         pct(result.ratio)
-      }); RSS ${mb(rss)} (${signedPct(result.rssGrowth)}), heap ${mb(heap)}; attacker ${
-        JSON.stringify(result.counts)
-      }; edge ${JSON.stringify(result.refusals)}`,
+      }); RSS ${mb(rss)} (${signedPct(result.rssGrowth)} of start, ${
+        signedPct(rss / rssBefore - 1)
+      } over the attack), heap ${mb(heap)}; attacker ${JSON.stringify(result.counts)}; edge ${
+        JSON.stringify(result.refusals)
+      }`,
     );
   }
 

@@ -73,6 +73,7 @@ export interface WorkPullingControllerOptions {
    * failed try. Default 2 (0..1,000).
    */
   readonly lostLimit?: number;
+  /**
    * How many worker incarnation ids to remember for fencing (names' current incarnations and
    * the ones they replaced), beyond those of live bindings; the least recently registered names
    * without a live binding are forgotten first (see `incarnations.ts`). Default 16,384

@@ -27,6 +27,7 @@ export interface ServeOptions extends Omit<WorkpullAppOptions, "upgradeWebSocket
    * confirmations written, up to 10 s), close the server and exit. Default true.
    */
   readonly drainOnSignals?: boolean;
+  /**
    * Bun closes an HTTP connection idle this long between requests, or waiting this long for an
    * answer, ms, rounded up to whole seconds (Bun's `idleTimeout`, checked every few seconds). A
    * connection that never completes a request is closed by Bun after about 10 s regardless.

@@ -50,6 +50,8 @@ export interface ReadyJob {
   readonly attempt: number;
   /** How long the try may take, ms (0 = no limit). */
   readonly timeout: number;
+  /** Workers lost while running it in earlier tries (absent: none). */
+  readonly lost?: number;
 }
 
 /** A page of dead letters, oldest death first. */

@@ -117,6 +117,8 @@ export interface InstanceInfo {
   readonly pending: number;
   /** Jobs it holds (claimed from the backlog, or trying). */
   readonly claimed: number;
+  /** The instance taking it over (its lease lapsed), while that happens. */
+  readonly takenOverBy?: string;
   /** Whether its lease has not lapsed (on the reader's clock). */
   readonly live: boolean;
   /** Whether it is the instance that answered. */

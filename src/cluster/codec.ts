@@ -89,6 +89,8 @@ export interface Lease {
   readonly pending: number;
   /** Jobs the instance holds (claimed or trying). */
   readonly claimed: number;
+  /** The survivor taking the instance over (its lease lapsed), while it does. */
+  readonly takenOverBy?: string;
 }
 
 /** Encode a live job's entry. */

@@ -8,13 +8,16 @@
  *   fenced. An instance whose renewals failed until its own lease lapsed (on its own clock)
  *   claims nothing until a renewal succeeds again.
  * - **Takeover.** On the same timer every instance reads the leases (the instance registry).
- *   A lease past its `expiresAt` is taken over: first the dead instance's fence is bumped, in a
- *   commit checked on the survivor's own fence, on the lease as read (the instance did not renew
- *   meanwhile) and on the dead instance's fence as read (nobody else took over since): of two
- *   survivors racing, exactly one commit lands. Then every job the dead instance held goes back
- *   (`placement.recover`), in commits checked on both fences, so a restart of the dead instance
- *   under the same id (which bumps its fence again) stops a takeover midway without harm; then
- *   its lease, cursor and leftover cancel requests are removed and its fence is set to expire.
+ *   A lease past its `expiresAt` is taken over: first the dead instance's fence is bumped and its
+ *   lease rewritten ("taken over by", lapsing a TTL from now), in one commit checked on the
+ *   survivor's own fence, on the lease as read (the instance did not renew, nobody else started a
+ *   takeover) and on the dead instance's fence as read: of survivors racing, exactly one commit
+ *   lands, and the others' checks on the lease fail from then on. Then every job the dead
+ *   instance held goes back (`placement.recover`), in commits checked on both fences, so a
+ *   restart of the dead instance under the same id (which bumps its fence again) stops a
+ *   takeover midway without harm; then its lease, cursor and leftover cancel requests are
+ *   removed and its fence is set to expire. A survivor that dies midway leaves the rewritten
+ *   lease to lapse, and another survivor takes over from there.
  * - **Cancel requests** left for this instance are picked up on the same timer and handed to its
  *   controller.
  *
@@ -169,12 +172,20 @@ export class Leases {
     if (!queue.live || dead === this.#c.instance) return undefined;
     const [fence] = await readMany(kv, [keys.fence(dead)]);
     const epoch = fence.versionstamp === null ? 0 : decodeFence(fence.value);
+    const now = clock.now();
+    const claim = encodeLease({
+      ...listed.lease,
+      expiresAt: now + this.#ttl,
+      heartbeat: now,
+      takenOverBy: this.#c.instance,
+    });
     const bumped = await retryLocked(() =>
       kv.atomic()
         .check(queue.fenceCheck)
         .check({ key: keys.lease(dead), versionstamp: listed.versionstamp })
         .check({ key: keys.fence(dead), versionstamp: fence.versionstamp })
         .set(keys.fence(dead), encodeFence(epoch + 1))
+        .set(keys.lease(dead), claim)
         .commit()
     );
     if (!bumped.ok) return undefined;
@@ -189,7 +200,6 @@ export class Leases {
         .filter((id): id is string => typeof id === "string"),
     );
     const records = await readMany(kv, owned.map((id) => keys.record(id)));
-    const now = clock.now();
     const changes: Change[] = [];
     /** The notice of each change (aligned), for the jobs that moved. */
     const notices: (BacklogNotice | undefined)[] = [];

@@ -503,7 +503,9 @@ export class InstanceQueue {
       seq += 1;
       const change = changeOf(id);
       const base = held ?? this.#adopt(change, adopting.get(id)!, job.payload, now);
-      const entry = started(base.entry, seq, now);
+      // A job claimed from the shared backlog needs no separate Accept (as in the engine): the
+      // backlog is the producer's recoverable source, and this write takes the job out of it.
+      const entry = started(base.entry, seq, now, held !== undefined);
       change.move(base.entry.record.state, "active");
       draft.set(id, { ...base, entry, handed: true });
       notices.push({ job: infoOf(entry.record, now), previous: base.entry.record.state });
@@ -512,6 +514,7 @@ export class InstanceQueue {
     for (const id of batch.accept ?? []) {
       const held = current(id)!;
       const trial = held.entry.trial!;
+      // Already accepted: a repeat, or a job claimed from the backlog. Nothing to write.
       if (!trial.accepted) {
         draft.set(id, { ...held, entry: { ...held.entry, trial: { ...trial, accepted: true } } });
         changeOf(id);

@@ -109,15 +109,18 @@ export function claimed(entry: Entry, owner: string): Entry {
   return { ...rest, owner };
 }
 
-/** A claimed job's try starts at `seq`: the record goes active, remembering what it replaced. */
-export function started(entry: Entry, seq: number, now: number): Entry {
+/**
+ * A job's try starts at `seq`: the record goes active, remembering what it replaced. A job
+ * claimed from the backlog counts as accepted at once (`accepted`).
+ */
+export function started(entry: Entry, seq: number, now: number, accepted = false): Entry {
   const from = entry.record.state === "failed" ? "failed" : "waiting";
   return {
     ...entry,
     record: startTry(entry.record, now),
     trial: {
       seq,
-      accepted: false,
+      accepted,
       confirmed: false,
       from,
       ...(entry.record.startedAt === undefined ? {} : { startedBefore: entry.record.startedAt }),

@@ -32,7 +32,9 @@ export {
   type AuthFailureReason,
   type AuthOptions,
   type Authorize,
+  type AuthorizedIdentity,
   extractToken,
+  type IsRevoked,
   type Route,
 } from "./src/net/auth.ts";
 export type { NetEvent, NetEventListener } from "./src/net/net_event.ts";
@@ -45,6 +47,7 @@ export {
   type TokenClaims,
   TokenError,
   type TokenErrorReason,
+  type TokenKeys,
   type TokenSecret,
   verifyToken,
   type VerifyTokenOptions,

@@ -95,7 +95,7 @@ test("POST /jobs refuses bad bodies with 400 and large ones with 413, submitting
       [{ payload: 1, messageId: "x".repeat(257) }, 400, "invalid-body"],
       [{ payload: 1, messageId: 7 }, 400, "invalid-body"],
       [{ jobs: [] }, 400, "invalid-body"],
-      [{ jobs: Array.from({ length: 11 }, () => ({ payload: 1 })) }, 400, "invalid-body"],
+      [{ jobs: Array.from({ length: 11 }, () => ({ payload: 1 })) }, 413, "too-many-items"],
       [{ jobs: [{ payload: 1 }, { nope: 1 }] }, 400, "invalid-body"],
       [[1, 2], 400, "invalid-body"],
       [{ payload: "x".repeat(70 * 1024) }, 413, "body-too-large"],
@@ -296,6 +296,7 @@ test("socket link: a growing outbound buffer closes with 4000 (Deno-style buffer
     kind: "backpressure",
     worker: "w",
     bufferedBytes: 120,
+    queuedBytes: 0,
     limit: 100,
   }]);
 });

@@ -89,11 +89,17 @@ test("the built-in authenticator enforces producer, kind and validity", async ()
     now: Date.now() - 10_000,
   });
 
+  const expiresAt = async (token: string) => (await verifyToken(SECRET, token)).exp * 1000;
   assert.deepEqual(await authenticate(request(worker), "workers"), {
     ok: true,
     identity: { worker: "w" },
+    expiresAt: await expiresAt(worker),
   });
-  assert.deepEqual(await authenticate(request(client), "jobs"), { ok: true, identity: {} });
+  assert.deepEqual(await authenticate(request(client), "jobs"), {
+    ok: true,
+    identity: {},
+    expiresAt: await expiresAt(client),
+  });
   const refusals: [string | undefined, "workers" | "jobs" | "stats", string][] = [
     [undefined, "workers", "missing-token"],
     [client, "workers", "wrong-kind"],
@@ -103,7 +109,8 @@ test("the built-in authenticator enforces producer, kind and validity", async ()
     [foreign, "workers", "bad-signature"],
     [expired, "workers", "expired"],
     ["not-a-token", "workers", "malformed-token"],
-    ["wp1.zzz.zzz", "workers", "bad-signature"],
+    ["wp1.zzw.zzw", "workers", "bad-signature"],
+    ["wp1.zzz.zzz", "workers", "malformed-token"], // not canonical: unused bits set
   ];
   for (const [token, route, reason] of refusals) {
     assert.deepEqual(await authenticate(request(token), route), { ok: false, reason }, reason);

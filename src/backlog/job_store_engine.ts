@@ -501,7 +501,9 @@ export class JobStoreEngine implements JobStore {
       // Flags first, outcomes at the end, so that a MessageID repeated in the batch is a repeat.
       const touched = new Set<string>();
       for (const id of batch.accept ?? []) {
-        this.#active.get(id)!.accepted = true;
+        const active = this.#active.get(id)!;
+        if (active.accepted) continue; // a repeat (or a job from the backlog): nothing to write
+        active.accepted = true;
         this.#changedEntries.add(id);
         touched.add(id);
       }
@@ -539,6 +541,9 @@ export class JobStoreEngine implements JobStore {
   /** A try starts for `messageId` at the next sequence. */
   #start(messageId: string, payload: string): StoreResult {
     const now = this.#clock.now();
+    // A job taken from this store's own backlog needs no separate Accept: the store is the
+    // producer's recoverable source, and storing it removed it from there in the same write.
+    const fromBacklog = this.#reserved.has(messageId);
     let record = this.#known(messageId, now) ? this.#records.get(messageId)! : undefined;
     if (!record) {
       record = newRecord(messageId, planJob({}, now), now);
@@ -556,7 +561,7 @@ export class JobStoreEngine implements JobStore {
     this.#seqMoved = true;
     this.#active.set(messageId, {
       seq: this.#currentSeq,
-      accepted: false,
+      accepted: fromBacklog,
       confirmed: false,
       outcome: undefined,
     });
@@ -571,7 +576,7 @@ export class JobStoreEngine implements JobStore {
     if (flag === "confirmed") {
       if (active.confirmed) return;
       active.outcome = outcome;
-    }
+    } else if (active.accepted) return; // a repeat (or a job from the backlog): nothing to write
     active[flag] = true;
     this.#changedEntries.add(messageId);
     this.#finishIfDone(messageId);

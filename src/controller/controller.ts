@@ -279,7 +279,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   readonly #connections = new Set<Connection>();
   readonly #linkOf = new Map<Binding, Connection>();
   readonly #graceTimers = new Map<Binding, TimerHandle>();
-  readonly #incarnations = new Incarnations();
+  readonly #incarnations: Incarnations;
   /** Recently confirmed MessageIDs and their store sequences (the dedupe window), oldest first. */
   readonly #completed: RecentMap<string, number>;
   #bindingCounter = 0;
@@ -310,6 +310,10 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     super();
     this.#options = resolveControllerOptions(options);
     this.#completed = new RecentMap(this.#options.dedupeWindow);
+    this.#incarnations = new Incarnations({
+      maxRemembered: this.#options.maxIncarnationHistory,
+      isBound: (worker) => this.#bindings.has(worker),
+    });
     const { queue, queueRetryAttempts, queueRetryBackoff, queueTimeout, clock } = this.#options;
     if (queue) {
       this.#lane = new DurableLane(

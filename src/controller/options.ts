@@ -73,6 +73,13 @@ export interface WorkPullingControllerOptions {
    * failed try. Default 2 (0..1,000).
    */
   readonly lostLimit?: number;
+  /**
+   * How many worker incarnation ids to remember for fencing (names' current incarnations and
+   * the ones they replaced), beyond those of live bindings; the least recently registered names
+   * without a live binding are forgotten first (see `incarnations.ts`). Default 16,384
+   * (64..10,000,000).
+   */
+  readonly maxIncarnationHistory?: number;
   /** The time source. Default: the system clock. */
   readonly clock?: Clock;
 }
@@ -97,6 +104,7 @@ export interface ResolvedControllerOptions {
   readonly dedupeWindow: number;
   readonly outcomes: boolean;
   readonly lostLimit: number;
+  readonly maxIncarnationHistory: number;
   readonly clock: Clock;
 }
 
@@ -211,6 +219,14 @@ export function resolveControllerOptions(
     dedupeWindow: integerOption(OWNER, "dedupeWindow", options.dedupeWindow, 10_000, 0, 10_000_000),
     outcomes,
     lostLimit: integerOption(OWNER, "lostLimit", options.lostLimit, 2, 0, 1000),
+    maxIncarnationHistory: integerOption(
+      OWNER,
+      "maxIncarnationHistory",
+      options.maxIncarnationHistory,
+      16_384,
+      64,
+      10_000_000,
+    ),
     clock,
   };
 }

@@ -10,15 +10,19 @@
  * | `POST /jobs` | submit one job `{ payload, messageId? }` or a batch `{ jobs: [...] }` | client token |
  * | `GET /stats` | JSON snapshot: workers, pending, totals | client token |
  *
- * Every request is authenticated before anything else happens; a refused one gets 401 and
- * changes nothing. `POST /jobs` answers once the jobs are *accepted* into the controller's pool
- * (with a durable queue: once they survive a crash), so an acknowledged job cannot be lost.
+ * Every request is admitted (connection limits, 503), its `Origin` checked when an allow-list is
+ * set (403), and authenticated (401) before anything else happens; a refused one changes
+ * nothing. `POST /jobs` answers once the jobs are *accepted* into the controller's pool (with a
+ * durable queue: once they survive a crash), so an acknowledged job cannot be lost. Its body is
+ * read with every limit checked before the work it protects (`json_body.ts`).
+ *
+ * The limits and their defaults are in {@linkcode WorkpullAppOptions}; `docs/SECURITY.md` says
+ * what each one protects against.
  *
  * @module
  */
 
 import { type Context, Hono, type MiddlewareHandler } from "hono";
-import { bodyLimit } from "hono/body-limit";
 import type { WSEvents } from "hono/ws";
 import * as v from "valibot";
 import type { LinkIdentity, WorkPullingController } from "../controller/controller.ts";
@@ -26,13 +30,17 @@ import { utf8Length } from "../controller/durable_lane.ts";
 import { durationOption, integerOption, optionsObject } from "../core/options.ts";
 import type { BufferedProducer } from "../producer/buffered_producer.ts";
 import { MAX_ID_LENGTH, SUBPROTOCOL } from "../protocol/schemas.ts";
+import { Admission, type AdmissionRefusal, type Lease } from "./admission.ts";
 import {
   type AuthFailureReason,
   type AuthOptions,
   createAuthenticator,
   offeredProtocols,
+  originAllowed,
   type Route,
 } from "./auth.ts";
+import { readJsonBody } from "./json_body.ts";
+import { resolveEdgeLimits } from "./limits.ts";
 import { type NetEventListener, report } from "./net_event.ts";
 import { socketEvents } from "./socket_link.ts";
 
@@ -84,10 +92,56 @@ export interface WorkpullAppOptions {
    * holds unconfirmed, so only a worker that stops reading reaches it.
    */
   readonly maxBufferedBytes?: number;
-  /** Largest `POST /jobs` body, bytes. Default 8 MiB. */
+  /** Largest `POST /jobs` body, bytes; checked before it is read. Default 8 MiB. */
   readonly maxBodyBytes?: number;
-  /** Most jobs in one `POST /jobs`. Default 1000 (1..10,000). */
+  /** Most jobs in one `POST /jobs`; counted before the body is parsed. Default 1000 (1..10,000). */
   readonly maxJobsPerRequest?: number;
+  /** Deepest nesting of arrays and objects in a `POST /jobs` payload. Default 64 (1..10,000). */
+  readonly maxPayloadDepth?: number;
+  /** Connections (HTTP requests being answered and open WebSockets) in total. Default 10,000. */
+  readonly maxConnections?: number;
+  /** Connections from one client address (see `clientAddress`). Default 1,000. */
+  readonly maxConnectionsPerIp?: number;
+  /** Open WebSockets per worker credential (a token's `worker`). Default 64 (1..100,000). */
+  readonly maxEndpointsPerWorker?: number;
+  /**
+   * Sustained frames a second one WebSocket may send (a token bucket); a connection past it is
+   * closed with 1008. Default 5,000 (1..1,000,000).
+   */
+  readonly frameRate?: number;
+  /** Frames one WebSocket may send at once before `frameRate` applies. Default 5,000. */
+  readonly frameBurst?: number;
+  /**
+   * Frames a second all WebSockets of one worker credential may send together (also the burst);
+   * the socket that runs the shared budget dry is closed with 1008. Default 20,000.
+   */
+  readonly frameRatePerWorker?: number;
+  /**
+   * After one of its sockets was closed for flooding (or for a frame more than 16 times over
+   * `maxFrameBytes`), a worker credential's new sockets are refused (429 `cooling-down`) for this
+   * long, ms. Default 5,000.
+   */
+  readonly floodCooldown?: number;
+  /** Close (1008) a WebSocket that has not registered within this long, ms. Default 10,000. */
+  readonly registrationTimeout?: number;
+  /**
+   * Re-run authentication for every open WebSocket this often (a revoked credential or one the
+   * `authorize` hook refuses now is closed with 4003), ms; 0 never. Expiry is enforced at its
+   * exact time regardless. Default 60,000.
+   */
+  readonly recheckInterval?: number;
+  /**
+   * Browser origins allowed to call the app: requests with another `Origin` header get 403
+   * (requests without one, from servers and workers outside browsers, pass). Set it when your
+   * `authorize` hook trusts cookies. Default: any origin.
+   */
+  readonly allowedOrigins?: readonly string[] | ((origin: string) => boolean);
+  /**
+   * The client address of a request, for `maxConnectionsPerIp` (`serveDeno` and `serveBun`
+   * supply it; `env` is the runtime's second `fetch` argument). Default: unknown (only the
+   * total counts).
+   */
+  readonly clientAddress?: (request: Request, env: unknown) => string | undefined;
   /**
    * How long `POST /jobs` waits for its jobs to be accepted (they wait for worker demand)
    * before answering 503; the jobs stay queued. Default 30,000 ms.
@@ -105,6 +159,10 @@ const MessageId = v.pipe(
 );
 const SubmitJob = v.strictObject({ payload: v.unknown(), messageId: v.optional(MessageId) });
 type SubmitJob = v.InferOutput<typeof SubmitJob>;
+/** `{ payload }` nests in `{ jobs: [ ... ] }`: three levels around the payload at most. */
+const ENVELOPE_DEPTH = 3;
+/** A frame this many times over `maxFrameBytes` puts its credential in cool-down. */
+const GROSSLY_OVERSIZED = 16;
 
 const OWNER = "the workpull app";
 /** The default largest frame accepted from a worker, UTF-8 bytes. */
@@ -234,13 +292,37 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
     1,
     3_600_000,
   );
+  const limits = resolveEdgeLimits(options);
+  const admission = new Admission(limits);
+  const { allowedOrigins, clientAddress } = options;
+  if (
+    allowedOrigins !== undefined && typeof allowedOrigins !== "function" &&
+    !(Array.isArray(allowedOrigins) && allowedOrigins.every((o) => typeof o === "string"))
+  ) {
+    throw new TypeError(
+      `Cannot create ${OWNER}: option "allowedOrigins" must be an array of origins or a function`,
+    );
+  }
+  if (clientAddress !== undefined && typeof clientAddress !== "function") {
+    throw new TypeError(`Cannot create ${OWNER}: option "clientAddress" must be a function`);
+  }
+  const addressOf = (c: Context): string | undefined => {
+    try {
+      return clientAddress?.(c.req.raw, c.env) ?? undefined;
+    } catch {
+      return undefined;
+    }
+  };
 
   /** Who each authenticated request is, for the upgrade that follows (private to this app). */
   const identities = new WeakMap<Request, LinkIdentity>();
+  /** When each authenticated request's credential expires, Unix ms. */
+  const expiries = new WeakMap<Request, number>();
   const guard = (route: Route): MiddlewareHandler => async (c, next) => {
     const outcome = await authenticate(c.req.raw, route);
     if (!outcome.ok) return unauthorized(c, route, outcome.reason);
     identities.set(c.req.raw, outcome.identity);
+    if (outcome.expiresAt !== undefined) expiries.set(c.req.raw, outcome.expiresAt);
     await next();
   };
   const unauthorized = (c: Context, route: Route, reason: AuthFailureReason) => {
@@ -250,7 +332,49 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
     return c.json({ error: "unauthorized", reason }, 401);
   };
 
+  /** The places a request holds; a WebSocket upgrade hands them to its socket. */
+  const leases = new WeakMap<Request, Lease[]>();
+  const releaseAll = (held: Lease[]) => {
+    for (const lease of held) lease.release();
+  };
+  const refuseConnection = (
+    c: Context,
+    reason: AdmissionRefusal,
+    address: string | undefined,
+    worker: string | undefined,
+  ) => {
+    report(onEvent, { kind: "connection-refused", reason, address, worker });
+    const perWorker = reason === "too-many-endpoints" || reason === "cooling-down";
+    c.header(
+      "Retry-After",
+      reason === "cooling-down" ? String(Math.ceil(limits.floodCooldown / 1000)) : "1",
+    );
+    return c.json({ error: reason }, perWorker ? 429 : 503);
+  };
+
+  /** Upgrade requests whose socket took over their leases. */
+  const upgraded = new WeakSet<Request>();
+  /** The frame budget each upgrade shares with its credential's other sockets. */
+  const sharedFrames = new WeakMap<Request, () => boolean>();
   const app = new Hono();
+
+  app.use("*", async (c, next) => {
+    const address = addressOf(c);
+    const lease = admission.connection(address);
+    if (typeof lease === "string") return refuseConnection(c, lease, address, undefined);
+    const held = [lease];
+    leases.set(c.req.raw, held);
+    try {
+      if (!originAllowed(c.req.raw, allowedOrigins)) {
+        report(onEvent, { kind: "forbidden-origin", origin: c.req.header("origin") ?? "" });
+        return c.json({ error: "forbidden-origin" }, 403);
+      }
+      await next();
+    } finally {
+      // An accepted upgrade keeps its places until the socket closes (socketEvents' onFinish).
+      if (c.res.status >= 300 || !upgraded.has(c.req.raw)) releaseAll(held);
+    }
+  });
 
   app.get(
     "/workers",
@@ -267,14 +391,51 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
       await next();
     },
     guard("workers"),
+    async (c, next) => {
+      const worker = identities.get(c.req.raw)?.worker;
+      if (worker !== undefined) {
+        const lease = admission.endpoint(worker);
+        if (typeof lease === "string") return refuseConnection(c, lease, addressOf(c), worker);
+        leases.get(c.req.raw)?.push(lease);
+        sharedFrames.set(c.req.raw, lease.takeFrame);
+      }
+      await next();
+    },
     (upgradeWebSocket as unknown as HonoUpgrader)((c) => {
-      const identity = identities.get(c.req.raw);
+      const request = c.req.raw;
+      const identity = identities.get(request);
       if (!identity) throw new Error("the upgrade was not authenticated"); // unreachable
+      const held = leases.get(request) ?? [];
+      upgraded.add(request);
+      // The upgrade request outlives the upgrade only as a copy (Deno closes the original).
+      const original = new Request(request.url, { headers: request.headers });
+      const worker = identity.worker;
       return socketEvents((link) => controller.attach(link, identity), {
         maxFrameBytes,
         maxBufferedBytes,
-        worker: identity.worker,
-        onEvent,
+        frameRate: limits.frameRate,
+        frameBurst: limits.frameBurst,
+        takeSharedFrame: sharedFrames.get(request),
+        registrationTimeout: limits.registrationTimeout,
+        expiresAt: expiries.get(request),
+        recheck: limits.recheckInterval > 0
+          ? () =>
+            authenticate(original, "workers").then((outcome) =>
+              outcome.ok && outcome.identity.worker === identity.worker
+            )
+          : undefined,
+        recheckInterval: limits.recheckInterval,
+        worker,
+        onEvent: (event) => {
+          // A flood, or a frame far over the limit (which Deno buffers whole before the app can
+          // refuse it), is no accident: the credential cools down.
+          const abusive = event.kind === "rate-limited" ||
+            (event.kind === "frame-too-large" && event.bytes !== undefined &&
+              event.bytes > GROSSLY_OVERSIZED * maxFrameBytes);
+          if (abusive && worker !== undefined) admission.coolDown(worker, limits.floodCooldown);
+          report(onEvent, event);
+        },
+        onFinish: () => releaseAll(held),
       });
     }),
     (c) => c.json({ error: "upgrade-failed" }, 426, { Upgrade: "websocket" }),
@@ -286,35 +447,25 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
   });
 
   if (producer) {
+    const Batch = v.strictObject({
+      jobs: v.pipe(v.array(SubmitJob), v.minLength(1), v.maxLength(maxJobs)),
+    });
+    const Body = v.lazy((input) =>
+      typeof input === "object" && input !== null && "jobs" in input ? Batch : SubmitJob
+    );
     app.post(
       "/jobs",
       guard("jobs"),
-      bodyLimit({
-        maxSize: maxBodyBytes,
-        onError: (c) => c.json({ error: "body-too-large", limit: maxBodyBytes }, 413),
-      }),
       async (c) => {
-        let body: unknown;
-        try {
-          body = await c.req.json();
-        } catch {
-          return c.json({ error: "malformed-json" }, 400);
-        }
-        const batch = typeof body === "object" && body !== null && "jobs" in body;
-        const parsed = batch
-          ? v.safeParse(
-            v.strictObject({
-              jobs: v.pipe(v.array(SubmitJob), v.minLength(1), v.maxLength(maxJobs)),
-            }),
-            body,
-          )
-          : v.safeParse(SubmitJob, body);
-        if (!parsed.success) {
-          const issue = parsed.issues[0];
-          const path = issue.path?.map((item) => String(item.key)).join(".") || "body";
-          return c.json({ error: "invalid-body", detail: `${path}: ${issue.message}` }, 400);
-        }
-        const jobs: SubmitJob[] = "jobs" in parsed.output ? parsed.output.jobs : [parsed.output];
+        const parsed = await readJsonBody(c.req.raw, Body, {
+          maxBytes: maxBodyBytes,
+          maxDepth: limits.maxPayloadDepth + ENVELOPE_DEPTH,
+          countKey: "jobs",
+          maxItems: maxJobs,
+        });
+        if (!parsed.ok) return c.json(parsed.body, parsed.status);
+        const batch = "jobs" in parsed.value;
+        const jobs: SubmitJob[] = "jobs" in parsed.value ? parsed.value.jobs : [parsed.value];
         const tooLarge = jobs.findIndex((job) =>
           utf8Length(JSON.stringify(job.payload)) > controller.maxPayloadBytes
         );

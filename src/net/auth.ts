@@ -7,33 +7,76 @@
  *    on `new WebSocket()`, but they can offer subprotocols);
  * 3. the `token` query parameter (works everywhere; it may end up in access logs).
  *
- * Two ways to decide: the built-in signed tokens (`{ secret }`), or a user hook
+ * Two ways to decide: the built-in signed tokens (`{ secret }`, or `{ keys }` by key id while
+ * secrets rotate, with an optional revocation check `isRevoked(claims)`), or a user hook
  * (`{ authorize(request, route) }`) that returns the identity to enforce, or `null` to refuse.
+ *
+ * A successful outcome carries when the credential stops being valid (`expiresAt`): the socket
+ * edge closes a live WebSocket at that moment, and re-runs the authenticator on the original
+ * upgrade request now and then, so a revoked credential does not outlive its revocation.
+ *
+ * An optional Origin allow-list guards a deployment whose `authorize` hook trusts cookies: a
+ * browser sends cookies with a cross-site WebSocket upgrade, and only the `Origin` header tells
+ * the page that opened it.
  *
  * @module
  */
 
 import type { LinkIdentity } from "../controller/controller.ts";
 import { SUBPROTOCOL } from "../protocol/schemas.ts";
-import { MIN_SECRET_BYTES, TokenError, type TokenSecret, verifyToken } from "./token.ts";
+import {
+  isTokenKeys,
+  MIN_SECRET_BYTES,
+  type TokenClaims,
+  TokenError,
+  type TokenKeys,
+  type TokenSecret,
+  verifyToken,
+} from "./token.ts";
 
 /** The routes of the workpull app, as the authenticator sees them. */
 export type Route = "workers" | "jobs" | "stats";
 
 /**
+ * What an `authorize` hook admits: the identity to enforce and, optionally, when the credential
+ * expires (Unix milliseconds; a live WebSocket is closed with 4003 then).
+ */
+export interface AuthorizedIdentity extends LinkIdentity {
+  /** When the credential stops being valid, Unix milliseconds. Default: never. */
+  readonly expiresAt?: number;
+}
+
+/**
  * A user authorization hook: return the identity to enforce (`{ worker }` restricts which
  * endpoint names a WebSocket link may register; `{}` allows any), or `null` to refuse with 401.
+ * It is also re-run on the upgrade request of every live WebSocket (see the app's
+ * `recheckInterval`): returning `null` then closes the socket with 4003.
  */
 export type Authorize = (
   request: Request,
   route: Route,
-) => LinkIdentity | null | Promise<LinkIdentity | null>;
+) => AuthorizedIdentity | null | Promise<AuthorizedIdentity | null>;
+
+/** A revocation check: true refuses the token (401, or 4003 on a live WebSocket). */
+export type IsRevoked = (claims: TokenClaims) => boolean | Promise<boolean>;
 
 /** How the app authenticates: built-in signed tokens, or a hook. */
 export type AuthOptions =
   | {
-    /** Verify tokens made by `signToken` with this secret (at least 32 bytes) or key. */
+    /** Verify tokens without a key id made by `signToken` with this secret (at least 32 bytes) or key. */
     readonly secret: TokenSecret;
+    /** Verify tokens with a key id by these keys (rotation with overlap). */
+    readonly keys?: Readonly<Record<string, TokenSecret>>;
+    /** Refuse tokens this says are revoked (for example by `jti` or `worker`). */
+    readonly isRevoked?: IsRevoked;
+  }
+  | {
+    /** Verify tokens without a key id with this secret. */
+    readonly secret?: TokenSecret;
+    /** Verify tokens with a key id by these keys (rotation with overlap). */
+    readonly keys: Readonly<Record<string, TokenSecret>>;
+    /** Refuse tokens this says are revoked (for example by `jti` or `worker`). */
+    readonly isRevoked?: IsRevoked;
   }
   | {
     /** Decide yourself. */
@@ -45,14 +88,21 @@ export type AuthFailureReason =
   | "missing-token"
   | "malformed-token"
   | "bad-signature"
+  | "unknown-key"
   | "expired"
+  | "revoked"
   | "wrong-producer"
   | "wrong-kind"
   | "refused";
 
 /** The outcome of authenticating one request. */
 export type AuthOutcome =
-  | { readonly ok: true; readonly identity: LinkIdentity }
+  | {
+    readonly ok: true;
+    readonly identity: LinkIdentity;
+    /** When the credential stops being valid, Unix milliseconds (undefined: never). */
+    readonly expiresAt?: number;
+  }
   | { readonly ok: false; readonly reason: AuthFailureReason };
 
 /** Authenticates one request for one route. Never throws. */
@@ -100,10 +150,10 @@ export function offeredProtocols(request: Request): string[] {
 }
 
 /**
- * Build the authenticator for a producer: with `{ secret }`, tokens must be validly signed,
- * unexpired and for this producer, and a WebSocket needs a worker token while the HTTP routes
- * need a client token (no `worker` claim). With `{ authorize }`, the hook decides; a hook that
- * throws refuses.
+ * Build the authenticator for a producer: with `{ secret }` (or `{ keys }`), tokens must be
+ * validly signed, canonical, unexpired, not revoked and for this producer, and a WebSocket needs
+ * a worker token while the HTTP routes need a client token (no `worker` claim). With
+ * `{ authorize }`, the hook decides; a hook that throws refuses.
  *
  * @example
  * ```ts
@@ -127,33 +177,46 @@ export function createAuthenticator(options: AuthOptions, producer: string): Aut
     }
     return async (request, route) => {
       try {
-        const identity = await authorize(request, route);
-        if (identity === null || typeof identity !== "object") {
+        const admitted = await authorize(request, route);
+        if (admitted === null || typeof admitted !== "object") {
           return { ok: false, reason: "refused" };
         }
-        return { ok: true, identity };
+        const { expiresAt, ...identity } = admitted;
+        if (expiresAt !== undefined && !Number.isFinite(expiresAt)) {
+          console.error("workpull: the authorize hook returned a non-numeric expiresAt; refused");
+          return { ok: false, reason: "refused" };
+        }
+        if (expiresAt !== undefined && expiresAt <= Date.now()) {
+          return { ok: false, reason: "expired" };
+        }
+        return expiresAt === undefined ? { ok: true, identity } : { ok: true, identity, expiresAt };
       } catch (error) {
         console.error("workpull: the authorize hook threw; the request is refused", error);
         return { ok: false, reason: "refused" };
       }
     };
   }
-  const secret = options.secret;
-  const bytes = typeof secret === "string" ? new TextEncoder().encode(secret) : secret;
-  if (bytes instanceof Uint8Array && bytes.length < MIN_SECRET_BYTES) {
-    throw new RangeError(
-      `Cannot create the workpull app: option "auth.secret" must be at least ${MIN_SECRET_BYTES} bytes`,
+  const keys = verifierKeys(options);
+  const isRevoked = options.isRevoked;
+  if (isRevoked !== undefined && typeof isRevoked !== "function") {
+    throw new TypeError(
+      'Cannot create the workpull app: option "auth.isRevoked" must be a function',
     );
   }
   return async (request, route) => {
     const token = extractToken(request);
     if (token === undefined) return { ok: false, reason: "missing-token" };
     try {
-      const claims = await verifyToken(secret, token);
+      const claims = await verifyToken(keys, token);
       if (claims.producer !== producer) return { ok: false, reason: "wrong-producer" };
       const workerRoute = route === "workers";
       if (workerRoute !== (claims.worker !== undefined)) return { ok: false, reason: "wrong-kind" };
-      return { ok: true, identity: workerRoute ? { worker: claims.worker } : {} };
+      if (isRevoked && await isRevoked(claims)) return { ok: false, reason: "revoked" };
+      return {
+        ok: true,
+        identity: workerRoute ? { worker: claims.worker } : {},
+        expiresAt: claims.exp * 1000,
+      };
     } catch (error) {
       if (!(error instanceof TokenError)) {
         console.error("workpull: token verification failed unexpectedly", error);
@@ -165,4 +228,71 @@ export function createAuthenticator(options: AuthOptions, producer: string): Aut
       };
     }
   };
+}
+
+/** Check the secrets of `{ secret, keys }` up front, so a bad one fails at construction. */
+function verifierKeys(options: { secret?: TokenSecret; keys?: unknown }): TokenKeys {
+  const { secret, keys } = options;
+  if (secret === undefined && keys === undefined) {
+    throw new TypeError(
+      'Cannot create the workpull app: option "auth" must be { secret }, { keys } or { authorize }',
+    );
+  }
+  if (isTokenKeys(secret as TokenSecret)) {
+    throw new TypeError('Cannot create the workpull app: option "auth.secret" must be one secret');
+  }
+  const checkSecret = (name: string, value: unknown) => {
+    const bytes = typeof value === "string" ? new TextEncoder().encode(value) : value;
+    if (bytes instanceof Uint8Array && bytes.length < MIN_SECRET_BYTES) {
+      throw new RangeError(
+        `Cannot create the workpull app: option "${name}" must be at least ${MIN_SECRET_BYTES} bytes`,
+      );
+    }
+  };
+  if (secret !== undefined) checkSecret("auth.secret", secret);
+  if (keys !== undefined) {
+    if (typeof keys !== "object" || keys === null) {
+      throw new TypeError(
+        'Cannot create the workpull app: option "auth.keys" must be an object of secrets by key id',
+      );
+    }
+    for (const [kid, value] of Object.entries(keys)) {
+      if (!/^[A-Za-z0-9_-]{1,64}$/.test(kid)) {
+        throw new TypeError(
+          `Cannot create the workpull app: option "auth.keys" has an invalid key id ${
+            JSON.stringify(kid.slice(0, 80))
+          }`,
+        );
+      }
+      checkSecret(`auth.keys.${kid}`, value);
+    }
+  }
+  return { secret, keys: keys as Record<string, TokenSecret> | undefined };
+}
+
+/**
+ * Whether a request's `Origin` passes the allow-list: requests without an `Origin` header
+ * (servers, workers outside a browser) always pass; browsers send one on every WebSocket
+ * upgrade and cross-site POST.
+ *
+ * @example
+ * ```ts
+ * import { originAllowed } from "./auth.ts";
+ * const request = new Request("http://localhost/", { headers: { origin: "https://evil.example" } });
+ * console.assert(!originAllowed(request, ["https://app.example"]));
+ * ```
+ */
+export function originAllowed(
+  request: Request,
+  allowed: readonly string[] | ((origin: string) => boolean) | undefined,
+): boolean {
+  if (allowed === undefined) return true;
+  const origin = request.headers.get("origin");
+  if (origin === null) return true;
+  try {
+    return typeof allowed === "function" ? allowed(origin) === true : allowed.includes(origin);
+  } catch (error) {
+    console.error("workpull: the allowedOrigins function threw; the request is refused", error);
+    return false;
+  }
 }

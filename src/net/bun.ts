@@ -2,6 +2,14 @@
  * Serving the workpull app on Bun. The only module that imports `hono/bun` (deprecated for
  * Hono v5, whose replacement is not on npm yet): swapping it is a change here only.
  *
+ * Bun enforces limits natively, before the app sees anything: a WebSocket frame larger than
+ * `maxPayloadLength` (set to the app's `maxFrameBytes`) closes the socket with 1009 before it is
+ * buffered; an HTTP connection idle for `httpIdleTimeout` between requests, or waiting that long
+ * for an answer, is closed (Bun's `idleTimeout`); and a connection that has not completed a
+ * request within about 10 s is closed whatever the options say (Bun's own header timeout,
+ * measured at 12 s). Bun keeps accepting when accepts fail (out of descriptors), and closing a
+ * socket with `terminate()` frees it at once.
+ *
  * @module
  */
 
@@ -23,6 +31,7 @@ interface BunRuntime {
   serve(options: {
     port: number;
     hostname: string;
+    idleTimeout: number;
     fetch: (request: Request, server: unknown) => Response | Promise<Response>;
     websocket: BunWebSocketHandler;
   }): { readonly port?: number; stop(closeActiveConnections?: boolean): Promise<void> | void };
@@ -33,8 +42,8 @@ export interface BunWebSocketOptions {
   /** Ping a quiet WebSocket after this long and close it if it stays silent, ms. Default 30,000. */
   readonly idleTimeout?: number;
   /**
-   * Frames larger than this are cut by Bun itself (close 1009) before the app sees them, bytes.
-   * Keep it above the app's `maxFrameBytes` so the app can report oversized frames. Default 1 MiB.
+   * Frames larger than this are cut by Bun itself (close 1009) before they are buffered, bytes.
+   * `serveBun` sets it to the app's `maxFrameBytes`. Default 65,536.
    */
   readonly maxPayloadLength?: number;
 }
@@ -88,7 +97,7 @@ export function bunWebSocket(options: BunWebSocketOptions = {}): BunWebSocketHan
   return {
     ...websocket,
     idleTimeout: idleSeconds("bunWebSocket", options.idleTimeout),
-    maxPayloadLength: options.maxPayloadLength ?? 1024 * 1024,
+    maxPayloadLength: options.maxPayloadLength ?? DEFAULT_MAX_FRAME_BYTES,
     sendPings: true,
   };
 }
@@ -113,7 +122,11 @@ export function bunWebSocket(options: BunWebSocketOptions = {}): BunWebSocketHan
  */
 export function serveBun(options: ServeOptions): WorkpullServer {
   const listen = listenOptions("serveBun", options);
-  const app = buildWorkpullHono({ ...options, upgradeWebSocket: bunUpgrader() });
+  const app = buildWorkpullHono({
+    clientAddress: bunClientAddress,
+    ...options,
+    upgradeWebSocket: bunUpgrader(),
+  });
   const root = listen.basePath ? new Hono().route(listen.basePath, app) : app;
   const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
   const bun = (globalThis as unknown as { Bun?: BunRuntime }).Bun;
@@ -121,10 +134,11 @@ export function serveBun(options: ServeOptions): WorkpullServer {
   const server = bun.serve({
     port: listen.port,
     hostname: listen.hostname,
+    idleTimeout: listen.httpIdleTimeoutSeconds,
     fetch: root.fetch,
     websocket: bunWebSocket({
       idleTimeout: listen.idleTimeoutSeconds * 1000,
-      maxPayloadLength: Math.max(4 * maxFrameBytes, 1024 * 1024),
+      maxPayloadLength: maxFrameBytes,
     }),
   });
   const port = server.port ?? listen.port;
@@ -135,4 +149,13 @@ export function serveBun(options: ServeOptions): WorkpullServer {
     () => Promise.resolve(server.stop(true)).then(() => {}),
   );
   return { app, url, workersUrl, port, close, [Symbol.asyncDispose]: close };
+}
+
+/** The client address Bun knows for a request (its server is the second `fetch` argument). */
+function bunClientAddress(request: Request, env: unknown): string | undefined {
+  const server = env as { requestIP?: (request: Request) => { address?: unknown } | null };
+  const address = typeof server?.requestIP === "function"
+    ? server.requestIP(request)?.address
+    : undefined;
+  return typeof address === "string" ? address : undefined;
 }

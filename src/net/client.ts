@@ -9,7 +9,9 @@
  *   with its own window, so a slow job holds up only its endpoint.
  * - The token travels as the second `Sec-WebSocket-Protocol` entry after `workpull.v1` (or in the
  *   `token` query parameter with `tokenIn: "query"`); a token function is called before every
- *   connect, so an expiring token can be refreshed.
+ *   connect, so an expiring token can be refreshed. When the server closes a socket because its
+ *   credential expired (or was revoked; close code 4003), the endpoint reconnects at once, with
+ *   a fresh token from the function, without backing off.
  * - When a socket closes, or the endpoint hears nothing from the controller for
  *   `silenceIntervals` resend intervals (a half-open socket), the client reconnects with
  *   jittered exponential backoff. The endpoint object, and so its incarnation and sub-flow, is
@@ -487,8 +489,10 @@ class EndpointSocket {
       this.#emit(new DisconnectedEvent(this.#endpoint.name, code, reason, undefined));
       return;
     }
-    this.#attempt += 1;
-    const delay = backoffDelay(this.#attempt, this.#settings.backoff, Math.random());
+    // An expired credential is not an outage: get a fresh token and reconnect now.
+    const renew = code === CloseCode.credentialExpired;
+    this.#attempt = renew ? 0 : this.#attempt + 1;
+    const delay = renew ? 0 : backoffDelay(this.#attempt, this.#settings.backoff, Math.random());
     this.#emit(new DisconnectedEvent(this.#endpoint.name, code, reason, delay));
     this.#retry = setTimeout(() => void this.connect(), delay);
   }

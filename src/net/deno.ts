@@ -2,6 +2,19 @@
  * Serving the workpull app on Deno. The only module that imports `hono/deno` (deprecated for
  * Hono v5, whose replacement is not on npm yet): swapping it is a change here only.
  *
+ * **The accept loop is kept alive.** `Deno.serve` accepts connections in native code; when an
+ * accept fails — typically "Too many open files" once idle connections hold every descriptor —
+ * the whole serve loop ends, its `finished` promise rejects (unhandled, that ends the process)
+ * and the port is closed for good, while the connections already accepted keep working.
+ * `serveDeno` catches that, logs it, reports `accept-failed`, sheds new connections for a
+ * while (the port is closed: clients are refused at once) and listens again on the same port,
+ * backing off from 100 ms to 5 s while the failure repeats. Established WebSockets never notice.
+ *
+ * What Deno does not allow (see `docs/SECURITY.md`): `Deno.serve` exposes no per-connection
+ * hook, so a TCP connection that never sends a request cannot be timed out or counted here (a
+ * reverse proxy in front can), and a WebSocket's frames arrive whole, buffered up to Deno's own
+ * 64 MiB ceiling, before the app can refuse one over `maxFrameBytes`.
+ *
  * @module
  */
 
@@ -9,6 +22,7 @@ import { type Context, Hono } from "hono";
 import type { WSEvents } from "hono/ws";
 import { upgradeWebSocket } from "hono/deno";
 import { buildWorkpullHono, type WebSocketUpgrader } from "./app.ts";
+import { type NetEventListener, report } from "./net_event.ts";
 import {
   closeOnShutdown,
   idleSeconds,
@@ -72,22 +86,107 @@ export function denoUpgrader(options: DenoUpgraderOptions = {}): WebSocketUpgrad
 export function serveDeno(options: ServeOptions): WorkpullServer {
   const listen = listenOptions("serveDeno", options);
   const app = buildWorkpullHono({
+    clientAddress: denoClientAddress,
     ...options,
     upgradeWebSocket: denoUpgrader({ idleTimeout: listen.idleTimeoutSeconds * 1000 }),
   });
   const root = listen.basePath ? new Hono().route(listen.basePath, app) : app;
-  const server = Deno.serve(
-    { port: listen.port, hostname: listen.hostname, onListen() {} },
-    root.fetch,
-  );
-  const { url, workersUrl } = serverUrls(listen.hostname, server.addr.port, listen.basePath);
-  const close = closeOnShutdown(listen, options, () => server.shutdown());
-  return {
-    app,
-    url,
-    workersUrl,
-    port: server.addr.port,
-    close,
-    [Symbol.asyncDispose]: close,
-  };
+  const loop = new ServeLoop(listen.hostname, listen.port, root.fetch, options.onEvent);
+  const { url, workersUrl } = serverUrls(listen.hostname, loop.port, listen.basePath);
+  const close = closeOnShutdown(listen, options, () => loop.close());
+  return { app, url, workersUrl, port: loop.port, close, [Symbol.asyncDispose]: close };
+}
+
+/** The client address Deno gives a handler (its second argument). */
+function denoClientAddress(_request: Request, env: unknown): string | undefined {
+  const address = (env as { remoteAddr?: { hostname?: unknown } } | undefined)?.remoteAddr;
+  return typeof address?.hostname === "string" ? address.hostname : undefined;
+}
+
+/** The first and the longest pause before listening again after the accept loop failed, ms. */
+const RESTART_DELAY = { first: 100, max: 5000 } as const;
+
+/**
+ * `Deno.serve` on one port, listening again whenever its accept loop fails. Every server it
+ * started stays until `close()`: a failed one still serves the connections it had accepted.
+ */
+class ServeLoop {
+  readonly port: number;
+  readonly #hostname: string;
+  readonly #handler: Deno.ServeHandler<Deno.NetAddr>;
+  readonly #onEvent: NetEventListener | undefined;
+  readonly #servers = new Set<Deno.HttpServer<Deno.NetAddr>>();
+  #delay: number = RESTART_DELAY.first;
+  #retry: ReturnType<typeof setTimeout> | undefined;
+  #healthy: ReturnType<typeof setTimeout> | undefined;
+  #closed = false;
+
+  constructor(
+    hostname: string,
+    port: number,
+    handler: Deno.ServeHandler<Deno.NetAddr>,
+    onEvent: NetEventListener | undefined,
+  ) {
+    this.#hostname = hostname;
+    this.#handler = handler;
+    this.#onEvent = onEvent;
+    this.port = this.#listen(port).addr.port; // the first bind's errors reach the caller
+  }
+
+  #listen(port: number): Deno.HttpServer<Deno.NetAddr> {
+    const server = Deno.serve(
+      { port, hostname: this.#hostname, onListen() {}, onError: internalError },
+      this.#handler,
+    );
+    this.#servers.add(server);
+    server.finished.then(
+      () => this.#servers.delete(server),
+      (error) => this.#failed(error),
+    );
+    return server;
+  }
+
+  /** The accept loop ended with an error: log, shed new connections for a while, listen again. */
+  #failed(error: unknown): void {
+    if (this.#closed) return;
+    clearTimeout(this.#healthy);
+    const retryIn = this.#delay;
+    this.#delay = Math.min(this.#delay * 2, RESTART_DELAY.max);
+    console.error(
+      `workpull: the server stopped accepting connections (${
+        String(error)
+      }); listening again in ${retryIn} ms`,
+    );
+    report(this.#onEvent, { kind: "accept-failed", error: String(error), retryIn });
+    clearTimeout(this.#retry);
+    this.#retry = setTimeout(() => this.#restart(), retryIn);
+  }
+
+  #restart(): void {
+    this.#retry = undefined;
+    if (this.#closed) return;
+    try {
+      this.#listen(this.port);
+    } catch (error) {
+      return this.#failed(error); // descriptors still exhausted, or the port taken meanwhile
+    }
+    // Listening for a while without failing resets the backoff.
+    this.#healthy = setTimeout(() => (this.#delay = RESTART_DELAY.first), RESTART_DELAY.max);
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    clearTimeout(this.#retry);
+    clearTimeout(this.#healthy);
+    await Promise.all([...this.#servers].map((server) => server.shutdown().catch(() => {})));
+  }
+}
+
+/** Deno's answer when a handler throws (the app catches its own errors first). */
+function internalError(error: unknown): Response {
+  console.error("workpull: a request handler failed", error);
+  return new Response(JSON.stringify({ error: "internal" }), {
+    status: 500,
+    headers: { "content-type": "application/json" },
+  });
 }

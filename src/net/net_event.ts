@@ -17,21 +17,57 @@ export type NetEvent =
   }
   /** An upgrade was refused with 400 (for example a subprotocol other than `workpull.v1`). */
   | { readonly kind: "bad-upgrade"; readonly detail: string }
-  /** A frame larger than `maxFrameBytes` arrived: the connection was closed with 1009. */
+  /** A request carried an `Origin` outside `allowedOrigins`: refused with 403. */
+  | { readonly kind: "forbidden-origin"; readonly origin: string }
+  /**
+   * A request or upgrade was refused with 503 (`too-many-connections`: the server's total,
+   * `too-many-from-address`: the client address's share) or 429 (`too-many-endpoints`: the
+   * worker credential's share; `cooling-down`: the credential was caught flooding) before
+   * anything else happened.
+   */
+  | {
+    readonly kind: "connection-refused";
+    readonly reason:
+      | "too-many-connections"
+      | "too-many-from-address"
+      | "too-many-endpoints"
+      | "cooling-down";
+    readonly address: string | undefined;
+    readonly worker: string | undefined;
+  }
+  /**
+   * The runtime failed to accept connections (on Deno: out of file descriptors). The server
+   * logged it, sheds new connections for `retryIn` ms and then listens again.
+   */
+  | { readonly kind: "accept-failed"; readonly error: string; readonly retryIn: number }
+  /**
+   * A frame larger than `maxFrameBytes` arrived: the connection was closed with 1009. `bytes` is
+   * undefined when the runtime cut the frame before buffering it (Bun).
+   */
   | {
     readonly kind: "frame-too-large";
     readonly worker: string | undefined;
-    readonly bytes: number;
+    readonly bytes: number | undefined;
     readonly limit: number;
   }
+  /** A connection sent frames faster than `frameRate` (beyond `frameBurst`): closed with 1008. */
+  | { readonly kind: "rate-limited"; readonly worker: string | undefined }
+  /** A connection did not register within `registrationTimeout`: closed with 1008. */
+  | { readonly kind: "registration-timeout"; readonly worker: string | undefined }
+  /** A connection's credential expired: closed with 4003. */
+  | { readonly kind: "credential-expired"; readonly worker: string | undefined }
+  /** A connection's credential failed its periodic re-check (revoked): closed with 4003. */
+  | { readonly kind: "credential-revoked"; readonly worker: string | undefined }
   /**
-   * The connection's outbound buffer passed `maxBufferedBytes` (or the runtime dropped a frame):
-   * it was closed with 4000 and its binding ended with reason "backpressure".
+   * The connection's outbound backlog (`queuedBytes` waiting here plus `bufferedBytes` in the
+   * runtime) passed `maxBufferedBytes`, or the runtime dropped a frame: it was closed with 4000
+   * and its binding ended with reason "backpressure".
    */
   | {
     readonly kind: "backpressure";
     readonly worker: string | undefined;
     readonly bufferedBytes: number;
+    readonly queuedBytes: number;
     readonly limit: number;
   };
 

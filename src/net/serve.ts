@@ -27,6 +27,14 @@ export interface ServeOptions extends Omit<WorkpullAppOptions, "upgradeWebSocket
    * confirmations written, up to 10 s), close the server and exit. Default true.
    */
   readonly drainOnSignals?: boolean;
+  /**
+   * Bun closes an HTTP connection idle this long between requests, or waiting this long for an
+   * answer, ms, rounded up to whole seconds (Bun's `idleTimeout`, checked every few seconds). A
+   * connection that never completes a request is closed by Bun after about 10 s regardless.
+   * Deno.serve has neither timeout (see `docs/SECURITY.md`); on Deno this option is ignored.
+   * Default 10,000 (1,000..255,000).
+   */
+  readonly httpIdleTimeout?: number;
 }
 
 /** A running server. */
@@ -53,6 +61,8 @@ export interface ListenOptions {
   /** In whole seconds. */
   readonly idleTimeoutSeconds: number;
   readonly drainOnSignals: boolean;
+  /** In whole seconds. */
+  readonly httpIdleTimeoutSeconds: number;
 }
 
 /** Validate an idle timeout in ms (default 30 s) and round it up to whole seconds. */
@@ -72,6 +82,10 @@ export function listenOptions(owner: string, options: ServeOptions): ListenOptio
     basePath: basePath.replace(/\/+$/, ""),
     idleTimeoutSeconds: idleSeconds(owner, options.idleTimeout),
     drainOnSignals: booleanOption(owner, "drainOnSignals", options.drainOnSignals, true),
+    httpIdleTimeoutSeconds: Math.ceil(
+      durationOption(owner, "httpIdleTimeout", options.httpIdleTimeout, 10_000, 1000, 255_000) /
+        1000,
+    ),
   };
 }
 

@@ -37,7 +37,7 @@ export const CloseCode = {
   normal: 1000,
   /** The frame was not valid data for the protocol (bad JSON, bad schema). */
   invalidFrame: 1007,
-  /** A policy violation: wrong producer or worker identity, unauthorized. */
+  /** A policy violation: wrong worker identity, a frame flood, no registration in time. */
   policy: 1008,
   /** A frame exceeded the size limit. */
   tooLarge: 1009,
@@ -49,6 +49,8 @@ export const CloseCode = {
   silent: 4001,
   /** Another connection took over this worker's binding. */
   superseded: 4002,
+  /** The connection's credential expired or was revoked: get a new one and reconnect. */
+  credentialExpired: 4003,
   /** The registration was refused (a `refused` frame says why to workers that understand it). */
   refused: 4004,
 } as const;

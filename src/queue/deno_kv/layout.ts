@@ -23,7 +23,6 @@ import { headCapacity, RECORD_BOUNDS } from "./codec.ts";
 
 const MAX_PREFIX_BYTES = 1_024;
 const MAX_PAYLOAD_BYTES = 640 * 1_024;
-const encoder = new TextEncoder();
 
 /**
  * The encoded size in bytes of a Deno KV key, as Deno counts it against its limits (an upper
@@ -44,7 +43,7 @@ export function encodedKeySize(key: KvKey): number {
 }
 
 function encodedPartSize(part: KvKeyPart): number {
-  if (typeof part === "string") return escapedSize(encoder.encode(part)) + 2;
+  if (typeof part === "string") return stringSize(part) + 2;
   if (part instanceof Uint8Array) return escapedSize(part) + 2;
   if (typeof part === "number") return 9;
   if (typeof part === "boolean") return 1;
@@ -53,6 +52,20 @@ function encodedPartSize(part: KvKeyPart): number {
     return 2 + Math.ceil(magnitude.toString(16).length / 2);
   }
   throw new TypeError(`Cannot encode a key part: ${typeof part} is not a storable kind`);
+}
+
+/** A string part's UTF-8 size with its zero bytes escaped, without encoding it. */
+function stringSize(text: string): number {
+  let size = text.length;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (code < 0x80) {
+      if (code === 0) size += 1;
+    } else if (code < 0x800) size += 1;
+    else if (code >= 0xd800 && code <= 0xdbff) i += 1, size += 2; // a surrogate pair: 4 bytes
+    else size += 2;
+  }
+  return size;
 }
 
 /** Zero bytes are escaped as two bytes inside byte and string parts. */

@@ -1,0 +1,345 @@
+/**
+ * The attack soak: a controller under attack on 127.0.0.1 while an honest worker keeps
+ * processing, one attack after another, each bounded in time. Run it with `deno task attack`
+ * (`--help` lists the flags).
+ *
+ * For every attack it measures the honest worker's throughput in the window just before the
+ * attack and during it, and the controller's RSS after the attack has ended and settled
+ * (garbage collected). At the end the producer stops, every submitted job must be confirmed, and
+ * the controller must still be alive. It passes when, for every attack, honest throughput during
+ * the attack is at least `--min-throughput` (80%) of its value before, RSS is back within
+ * `--max-rss-growth` (20%) of the start, no job is lost and the controller is alive; it prints
+ * one summary line and exits 0, or 1 when a check failed.
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import process from "node:process";
+import { type Child, killAll, spawnChild, withTimeout } from "../../bench/lib/proc.ts";
+import { repoPath, type Runtime, runtime, scriptCommand } from "../../bench/lib/runtime.ts";
+import { ATTACKS, EXTRA_ATTACKS } from "./attacks.ts";
+import type { ControllerConfig } from "./controller_process.ts";
+import type { HonestConfig } from "./honest_worker.ts";
+
+const HELP = `deno task attack [flags]
+
+Attacks a workpull controller on 127.0.0.1 while an honest worker processes jobs, and checks
+that the honest worker keeps its throughput, the controller's memory comes back, no job is lost
+and the controller survives. One summary line on stdout; progress on stderr. Exit 0 on success.
+
+  --seconds N          length of each attack (default 10; 2 with --short)
+  --settle N           seconds between attacks, for memory to settle (default 5; 2 with --short)
+  --runtime R          runtime of the controller: deno or bun (default: deno)
+  --only a,b,...       run only these attacks (default: all): ${Object.keys(ATTACKS).join(", ")};
+                       also "baseline" (no attack: the drift of throughput and memory alone)
+  --scale X            attack strength (default 1; 0.1 with --short)
+  --fd-limit N         open-file limit of the controller process (default 1024; 0 leaves it)
+  --min-throughput P   honest throughput during an attack, % of before (default 80)
+  --max-rss-growth P   RSS after an attack, % above the start (default 20)
+  --short              small, quick numbers (the CI run)
+  --json               also print every measurement as JSON on stdout
+  --help               this text
+`;
+
+const { values } = parseArgs({
+  args: process.argv.slice(2),
+  options: {
+    seconds: { type: "string" },
+    settle: { type: "string" },
+    runtime: { type: "string" },
+    only: { type: "string" },
+    scale: { type: "string" },
+    "fd-limit": { type: "string" },
+    "min-throughput": { type: "string" },
+    "max-rss-growth": { type: "string" },
+    short: { type: "boolean" },
+    json: { type: "boolean" },
+    help: { type: "boolean" },
+  },
+});
+if (values.help) {
+  process.stdout.write(HELP);
+  process.exit(0);
+}
+
+function numberFlag(name: string, value: string | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  const number = Number(value);
+  if (!Number.isFinite(number) || number < 0) {
+    process.stderr.write(`--${name} must be a non-negative number, got ${value}\n`);
+    process.exit(2);
+  }
+  return number;
+}
+
+const short = values.short === true;
+const seconds = numberFlag("seconds", values.seconds, short ? 2 : 10);
+const settle = numberFlag("settle", values.settle, short ? 2 : 5);
+const scale = numberFlag("scale", values.scale, short ? 0.1 : 1);
+const fdLimit = numberFlag("fd-limit", values["fd-limit"], 1024);
+const minThroughput = numberFlag("min-throughput", values["min-throughput"], 80) / 100;
+const maxRssGrowth = numberFlag("max-rss-growth", values["max-rss-growth"], 20) / 100;
+const target = (values.runtime ?? "deno") as Runtime;
+if (target !== "deno" && target !== "bun") {
+  process.stderr.write(`--runtime must be deno or bun, got ${values.runtime}\n`);
+  process.exit(2);
+}
+const names = values.only
+  ? values.only.split(",").map((name) => name.trim())
+  : Object.keys(ATTACKS);
+for (const name of names) {
+  if (!ATTACKS[name] && !EXTRA_ATTACKS[name]) {
+    process.stderr.write(`unknown attack ${name}; known: ${Object.keys(ATTACKS).join(", ")}\n`);
+    process.exit(2);
+  }
+}
+
+const SECRET = crypto.randomUUID() + crypto.randomUUID();
+const log = (line: string) => process.stderr.write(`${line}\n`);
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** One attack's measurements. */
+interface AttackResult {
+  readonly attack: string;
+  readonly before: number;
+  readonly during: number;
+  readonly ratio: number;
+  readonly rss: number;
+  readonly rssGrowth: number;
+  readonly heap: number;
+  readonly counts: Record<string, number>;
+  readonly refusals: Record<string, number>;
+}
+
+/**
+ * Spawn a TypeScript file on `on`, optionally under an open-file limit, or at the lowest CPU
+ * priority (`nice`): an attacker's own CPU use is not the server's doing, and on a small machine
+ * it would otherwise be charged to the honest worker it competes with.
+ */
+function spawnScript(
+  name: string,
+  on: Runtime,
+  script: string,
+  env: Record<string, string>,
+  options: { stdin?: boolean; flags?: string[]; fdLimit?: number; nice?: boolean } = {},
+): Child {
+  const { command, args } = scriptCommand(on, repoPath(script), options.flags ?? []);
+  const limit = options.fdLimit ? `ulimit -n ${options.fdLimit} && ` : "";
+  const nice = options.nice ? "nice -n 19 " : "";
+  if (!limit && !nice) return spawnChild(name, command, args, { env, stdin: options.stdin });
+  return spawnChild(
+    name,
+    "bash",
+    ["-c", `${limit}exec ${nice}"$0" "$@"`, command, ...args],
+    { env, stdin: options.stdin },
+  );
+}
+
+/** Honest progress reports: (time, processed) pairs. */
+const progress: { t: number; processed: number; frames: number }[] = [];
+
+/** Jobs per second the honest worker processed between `from` and `to` (ms since epoch). */
+function throughput(from: number, to: number): number {
+  const inside = progress.filter((p) => p.t >= from && p.t <= to);
+  if (inside.length < 2) return 0;
+  const first = inside[0];
+  const last = inside[inside.length - 1];
+  return (last.processed - first.processed) / ((last.t - first.t) / 1000);
+}
+
+async function memoryAfterGc(controller: Child): Promise<{ rss: number; heap: number }> {
+  const memory = controller.next((r) => r.ev === "memory", "a memory report", 10_000);
+  controller.command({ cmd: "gc" });
+  const report = await memory;
+  return { rss: Number(report.rss), heap: Number(report.heapUsed) };
+}
+
+async function main(): Promise<boolean> {
+  const controllerConfig: ControllerConfig = {
+    secret: SECRET,
+    backlog: 4000,
+    payloadPadding: 64,
+    statsEvery: 250,
+  };
+  const controller = spawnScript(
+    "controller",
+    target,
+    "tools/attack/controller_process.ts",
+    { WORKPULL_ATTACK: JSON.stringify(controllerConfig) },
+    {
+      stdin: true,
+      flags: target === "deno" ? ["--v8-flags=--expose-gc"] : [],
+      fdLimit: fdLimit || undefined,
+    },
+  );
+  const ready = await controller.next((r) => r.ev === "ready", "the controller to listen");
+  const port = Number(ready.port);
+  let refusals: Record<string, number> = {};
+  let pending = 0;
+  controller.onReport((report) => {
+    if (report.ev !== "stats") return;
+    refusals = report.net as Record<string, number>;
+    pending = Number(report.pending);
+  });
+
+  const honestConfig: HonestConfig = {
+    url: `ws://127.0.0.1:${port}/workers`,
+    secret: SECRET,
+    name: "honest",
+    concurrency: 4,
+    window: 10_000,
+    jobMs: 1,
+    tokenLifetime: 600_000,
+    reportEvery: 250,
+  };
+  const honest = spawnScript("honest", runtime, "tools/attack/honest_worker.ts", {
+    WORKPULL_HONEST: JSON.stringify(honestConfig),
+  });
+  honest.onReport((report) => {
+    if (report.ev === "progress") {
+      progress.push({
+        t: Number(report.t),
+        processed: Number(report.processed),
+        frames: Number(report.framesSent),
+      });
+    }
+    if (report.ev === "disconnected") {
+      log(`  honest worker: ${report.endpoint} disconnected (${report.code} ${report.reason})`);
+    }
+  });
+
+  // Warm up (the allocators and the JIT settle into their working set), then take the start.
+  const warmup = short ? Math.max(4, settle) : Math.max(10, settle);
+  await sleep(warmup * 1000);
+  const start = await memoryAfterGc(controller);
+  const startRss = start.rss;
+  const warm = throughput(Date.now() - warmup * 1000 + 500, Date.now());
+  const frameRate = (() => {
+    const recent = progress.filter((p) => p.t >= Date.now() - 2000);
+    if (recent.length < 2) return 0;
+    const a = recent[0];
+    const b = recent[recent.length - 1];
+    return (b.frames - a.frames) / ((b.t - a.t) / 1000);
+  })();
+  log(
+    `controller on ${target} at 127.0.0.1:${port}; start RSS ${mb(startRss)}, heap ${
+      mb(start.heap)
+    }; honest ${warm.toFixed(0)} jobs/s (${frameRate.toFixed(0)} frames/s over 4 endpoints)`,
+  );
+
+  const results: AttackResult[] = [];
+  for (const attack of names) {
+    const before = throughput(Date.now() - seconds * 1000, Date.now());
+    const rssBefore = results.at(-1)?.rss ?? startRss;
+    const startedAt = Date.now();
+    const attacker = spawnScript(attack, runtime, "tools/attack/attacker.ts", {
+      WORKPULL_ATTACKER: JSON.stringify({ attack, port, secret: SECRET, seconds, scale }),
+    }, { nice: true });
+    const refusalsBefore = { ...refusals };
+    const done = await attacker.next(
+      (r) => r.ev === "done",
+      `the ${attack} attack to end`,
+      (seconds + 60) * 1000,
+    );
+    await attacker.kill();
+    const during = throughput(startedAt, Date.now());
+    // Settle: the jobs the attack held are back in the pool; wait until they are worked off.
+    const settleUntil = Date.now() + settle * 1000;
+    const giveUp = Date.now() + 60_000;
+    while (
+      Date.now() < settleUntil || (pending > controllerConfig.backlog && Date.now() < giveUp)
+    ) {
+      await sleep(250);
+    }
+    const { rss, heap } = await memoryAfterGc(controller);
+    const result: AttackResult = {
+      attack,
+      before,
+      during,
+      ratio: before > 0 ? during / before : 0,
+      rss,
+      rssGrowth: rss / startRss - 1,
+      heap,
+      counts: done.counts as Record<string, number>,
+      refusals: difference(refusals, refusalsBefore),
+    };
+    results.push(result);
+    log(
+      `${attack.padEnd(17)} honest ${before.toFixed(0)} -> ${during.toFixed(0)} jobs/s (${
+        pct(result.ratio)
+      }); RSS ${mb(rss)} (${signedPct(result.rssGrowth)} of start, ${
+        signedPct(rss / rssBefore - 1)
+      } over the attack), heap ${mb(heap)}; attacker ${JSON.stringify(result.counts)}; edge ${
+        JSON.stringify(result.refusals)
+      }`,
+    );
+  }
+
+  const drained = controller.next((r) => r.ev === "drained", "every job to be confirmed", 120_000);
+  controller.command({ cmd: "drain" });
+  let lost = -1;
+  let submitted = 0;
+  try {
+    const report = await drained;
+    submitted = Number(report.submitted);
+    lost = submitted - Number(report.confirmed);
+  } catch (error) {
+    log(String(error));
+  }
+  const alive = controller.running;
+  await honest.stop();
+  await controller.stop();
+
+  const worst = results.reduce((a, b) => (b.ratio < a.ratio ? b : a), results[0]);
+  const fattest = results.reduce((a, b) => (b.rssGrowth > a.rssGrowth ? b : a), results[0]);
+  const credentialsAccepted = results.reduce((sum, r) => sum + (r.counts.accepted ?? 0), 0);
+  const failures = [
+    ...results.filter((r) => r.ratio < minThroughput).map((r) => `${r.attack}: throughput`),
+    ...results.filter((r) => r.rssGrowth > maxRssGrowth).map((r) => `${r.attack}: RSS`),
+    ...(lost !== 0 ? [`${lost < 0 ? "jobs not drained" : `${lost} jobs lost`}`] : []),
+    ...(credentialsAccepted > 0 ? [`${credentialsAccepted} bad credentials accepted`] : []),
+    ...(alive ? [] : ["controller died"]),
+  ];
+  if (values.json) {
+    process.stdout.write(
+      JSON.stringify({ target, seconds, scale, startRss, results, submitted, lost, alive }) + "\n",
+    );
+  }
+  process.stdout.write(
+    `attack soak (${target}, ${results.length} attacks x ${seconds} s, scale ${scale}): ` +
+      `honest throughput min ${pct(worst?.ratio ?? 0)} of before (${worst?.attack}), ` +
+      `RSS max ${signedPct(fattest?.rssGrowth ?? 0)} of start (${fattest?.attack}), ` +
+      `${lost < 0 ? "jobs not drained" : `${lost} jobs lost`} of ${submitted}, ` +
+      `controller ${alive ? "alive" : "DEAD"}: ${
+        failures.length === 0 ? "PASS" : `FAIL (${failures.join("; ")})`
+      }\n`,
+  );
+  return failures.length === 0;
+}
+
+function difference(after: Record<string, number>, before: Record<string, number>) {
+  const out: Record<string, number> = {};
+  for (const [key, value] of Object.entries(after)) {
+    const delta = value - (before[key] ?? 0);
+    if (delta > 0) out[key] = delta;
+  }
+  return out;
+}
+
+const mb = (bytes: number) => `${(bytes / 1e6).toFixed(0)} MB`;
+const pct = (ratio: number) => `${(ratio * 100).toFixed(0)}%`;
+const signedPct = (ratio: number) => `${ratio >= 0 ? "+" : ""}${(ratio * 100).toFixed(0)}%`;
+
+// Everything is bounded: the whole run is killed after its planned length plus a margin.
+const planned = (Math.max(10, settle) + names.length * (seconds + settle + 65) + 180) * 1000;
+let passed = false;
+try {
+  passed = await withTimeout(main(), planned, "the attack soak");
+} catch (error) {
+  log(String(error));
+  process.stdout.write(`attack soak (${target}): FAIL (${String(error).split("\n")[0]})\n`);
+} finally {
+  await killAll();
+}
+process.exit(passed ? 0 : 1);

@@ -252,8 +252,9 @@ describe(`DenoKvClusterStore (${CLIENT})`, () => {
         changed() {},
         fenced: (error) => fenced.push(error),
       });
-      f.clock.advance(1100);
-      await f.stores[0].renew();
+      f.clock.advance(500);
+      await f.stores[0].renew(); // a renews in time; b does not
+      f.clock.advance(600);
       await f.stores[0].renew();
       const late = f.stores[1].commit(f.epochs[1], {
         store: { firstSeq: 2, jobs: [{ messageId: second.messageId, payload: "0" }] },
@@ -270,6 +271,34 @@ describe(`DenoKvClusterStore (${CLIENT})`, () => {
       const { epoch } = await f.stores[1].load();
       assert.ok(epoch > f.epochs[1]);
       assert.equal((await f.stores[1].take(4)).length, 4);
+    } finally {
+      f.close();
+    }
+  });
+
+  test("an instance whose own lease lapsed takes nobody over for a TTL after it renews", async () => {
+    const f = await flow(["a", "b"]);
+    try {
+      await f.stores[0].enqueue(f.jobs("j", 2));
+      await f.stores[1].take(2);
+      f.clock.advance(1500); // both paused (or both held up by a locked KV file)
+      const takeovers: TakeoverEvent[] = [];
+      f.stores[0].addEventListener("takeover", (event) => takeovers.push(event));
+      await f.stores[0].renew();
+      assert.deepEqual(takeovers, [], "b may have been held up too");
+      await f.stores[1].renew(); // b renews within the TTL: it keeps its jobs
+      f.clock.advance(900);
+      await f.stores[0].renew();
+      await f.stores[1].renew();
+      assert.deepEqual(takeovers, []);
+      f.clock.advance(700); // b stops renewing; a's restraint is over
+      await f.stores[0].renew();
+      f.clock.advance(400); // b's lease lapsed 100 ms ago
+      await f.stores[0].renew();
+      const made = takeovers as TakeoverEvent[]; // narrowed to never by the asserts above
+      assert.deepEqual(made.map((event) => [event.takeover.instance, event.takeover.jobs]), [
+        ["b", 2],
+      ]);
     } finally {
       f.close();
     }

@@ -30,7 +30,7 @@ import { type Clock, type TimerHandle, wallClock } from "../core/clock.ts";
 import { SafeEventTarget } from "../core/safe_event_target.ts";
 import { durationOption, identifierOption, optionsObject } from "../core/options.ts";
 import type { JobInfo } from "../lifecycle/job_record.ts";
-import type { KvKey } from "../queue/deno_kv/port.ts";
+import { isKvLockedError, type KvKey } from "../queue/deno_kv/port.ts";
 import { KvQueueLayout } from "../queue/deno_kv/layout.ts";
 import {
   type ConfirmOptions,
@@ -198,6 +198,9 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
   #round: Promise<void> | undefined;
   /** The epoch whose fencing was reported (one report per epoch). */
   #fencedEpoch = 0;
+  readonly #leaseTtl: number;
+  /** No takeovers before this time (after this instance's own lease had lapsed). */
+  #restraintUntil = 0;
 
   /** Wraps a KV handle; throws an error naming a bad option. */
   constructor(kv: ClusterKvLike, options: DenoKvClusterStoreOptions = {}) {
@@ -221,6 +224,7 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
       ? undefined
       : identifierOption(OWNER, "instance.address", instance.address, 2048);
     const ttl = durationOption(OWNER, "instance.leaseTtl", instance.leaseTtl, 10_000, 500, 600_000);
+    this.#leaseTtl = ttl;
     this.#renewInterval = durationOption(
       OWNER,
       "instance.renewInterval",
@@ -305,9 +309,19 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
     return results;
   }
 
-  /** Claim up to `max` due jobs for this instance's controller. */
+  /**
+   * Claim up to `max` due jobs for this instance's controller. Nothing due (or a KV that stays
+   * locked, which is retried): look again within `pollInterval`.
+   */
   async take(max: number): Promise<readonly ReadyJob[]> {
-    const jobs = await this.#queue.take(max);
+    let jobs: readonly ReadyJob[];
+    try {
+      jobs = await this.#queue.take(max);
+    } catch (error) {
+      this.#armPoll();
+      if (isKvLockedError(error)) return [];
+      throw error;
+    }
     if (jobs.length === 0) this.#armPoll();
     return jobs;
   }
@@ -445,7 +459,14 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
 
   async #leaseRound(): Promise<void> {
     const queue = this.#queue;
-    if (queue.live && !(await this.#leases.renew())) return this.#reportFenced();
+    if (queue.live) {
+      // Renewing after this instance's own lease lapsed (it was paused, or could not write: a
+      // shared SQLite file locked by a stopped process holds every instance up alike) makes it
+      // take nobody over for a TTL: the others may have been held up the same way.
+      const lapsed = this.#leases.lapsed;
+      if (!(await this.#leases.renew())) return this.#reportFenced();
+      if (lapsed) this.#restraintUntil = this.clock.now() + this.#leaseTtl;
+    }
     const now = this.clock.now();
     const listed = await this.#leases.list();
     const live: ListedLease[] = [];
@@ -454,7 +475,7 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
         live.push(entry);
         continue;
       }
-      if (!queue.live) continue;
+      if (!queue.live || now < this.#restraintUntil) continue;
       const takeover = await this.#leases.takeOver(entry);
       if (takeover) {
         this.dispatchEvent(new TakeoverEvent(takeover));

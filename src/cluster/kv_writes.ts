@@ -12,8 +12,11 @@
  * - Counters are `sum` mutations: blind, so writers never conflict on them; each commit sums the
  *   deltas of its own changes, so a counter always agrees with the records it counts.
  * - `database is locked` (several processes on one SQLite file) means the commit was not
- *   applied: it is retried with jittered backoff, up to {@linkcode LOCK_RETRY_ATTEMPTS} times
- *   (about 2 s in all). Any other error is thrown: its outcome is unknown.
+ *   applied: it is retried with jittered backoff. A call that carries an abort signal (the
+ *   controller's units, whose signal is their per-attempt timeout) retries until the signal
+ *   aborts; any other call up to {@linkcode LOCK_RETRY_ATTEMPTS} times (about 2 s in all), then
+ *   throws the error (retriable: nothing was applied). Any other error is thrown at once: its
+ *   outcome is unknown.
  *
  * @module
  */
@@ -250,7 +253,8 @@ function isTooManyChecks(error: unknown): boolean {
 
 /**
  * Run `operation`, again while it fails with `database is locked` (nothing was applied), with
- * jittered exponential backoff: 2 ms doubling to 250 ms, a random fraction of each.
+ * jittered exponential backoff: 2 ms doubling to 250 ms, a random fraction of each. With a
+ * `signal`, until it aborts; without, up to {@linkcode LOCK_RETRY_ATTEMPTS} attempts.
  */
 export async function retryLocked<T>(
   operation: () => Promise<T>,
@@ -260,7 +264,7 @@ export async function retryLocked<T>(
     try {
       return await operation();
     } catch (error) {
-      if (!isKvLockedError(error) || attempt >= LOCK_RETRY_ATTEMPTS) throw error;
+      if (!isKvLockedError(error) || (!signal && attempt >= LOCK_RETRY_ATTEMPTS)) throw error;
       signal?.throwIfAborted();
       const ceiling = Math.min(250, 2 * 2 ** attempt);
       await new Promise((resolve) => setTimeout(resolve, ceiling * (0.5 + Math.random() / 2)));

@@ -52,13 +52,14 @@ const SCENARIOS = [
   "peer",
   "nats",
   "durable",
+  "cluster",
   "latency",
   "failover",
   "memory",
   "size",
 ];
 /** Scenarios that run once per runtime (the others are runtime-independent: run once). */
-const PER_RUNTIME = new Set(["throughput", "durable", "latency", "failover", "memory"]);
+const PER_RUNTIME = new Set(["throughput", "durable", "cluster", "latency", "failover", "memory"]);
 const RUNTIMES = ["deno", "bun", "node"];
 /** The per-runtime scenarios that also run on Node. */
 const ON_NODE = new Set(["throughput"]);
@@ -115,6 +116,8 @@ const COMMAND: CommandSpec = {
     "  nats        NATS JetStream work queue, memory and file storage (needs nats-server and",
     "              node; skipped without them)",
     "  durable     workpull + Deno KV file, in-process producer and POST /jobs, vs raw KV commits",
+    "  cluster     1, 2 and 3 instances sharing a flow on one Deno KV file (aggregate",
+    "              throughput), and an instance SIGKILL → takeover → first redelivery (Deno)",
     "  latency     submit → handler start at half the maximum throughput; per runtime",
     "  failover    SIGKILL and SIGSTOP of a worker process; per runtime",
     "  memory      controller heap per pending job (Deno)",
@@ -156,6 +159,7 @@ const config = {
   peer: { jobs, rounds: quick ? 1 : 2, concurrencies: [1, 50] },
   nats: { jobs, rounds: flag("rounds") ? rounds : quick ? 1 : 3 },
   durable: { jobs: quick ? 10_000 : 30_000, singleJobs: quick ? 300 : 1000, rounds: quick ? 2 : 3 },
+  cluster: { jobs: quick ? 5_000 : 20_000, rounds: quick ? 2 : 3, takeoverRounds: quick ? 2 : 3 },
   latency: { maxJobs: jobs, seconds: quick ? 2 : 3, rounds: quick ? 2 : 3 },
   failover: { killRounds: quick ? 3 : 5, silentRounds: quick ? 1 : 3 },
   memory: quick ? [{ pending: 100_000, rounds: 1 }] : [
@@ -219,6 +223,15 @@ async function runHere(): Promise<RuntimeResults> {
     } else {
       results.skipped.durable = "the Deno KV file scenario is Deno's; Bun reaches KV files " +
         "through npm @deno/kv, measured by bench/durable_throughput.ts";
+    }
+  }
+  if (want("cluster")) {
+    if (runtime === "deno") {
+      log(`\n[${runtime}] 3b. cluster: instances sharing a flow on one Deno KV file`);
+      const { cluster } = await import("./scenarios/cluster.ts");
+      results.cluster = await measured("cluster", () => cluster({ ...config.cluster, log }));
+    } else {
+      results.skipped.cluster = "the instances are Deno processes on a Deno KV file";
     }
   }
   if (want("latency")) {

@@ -78,8 +78,11 @@ import {
 const EMPTY = new Uint8Array(0);
 /** Claim rounds per `take` (each lists candidates afresh). */
 const CLAIM_ROUNDS = 4;
-/** Jobs per claim commit: small, so a lost race costs little. */
-export const CLAIM_GROUP = 16;
+/**
+ * Jobs per claim commit (fewer where KV allows fewer checks): a lost race costs the group, and
+ * claimers rarely race for the same jobs (each prefers its own share of the candidates).
+ */
+export const CLAIM_GROUP = 64;
 /** Most candidates listed per claim round. */
 const MAX_CANDIDATES = 500;
 const LOAD_ATTEMPTS = 5;

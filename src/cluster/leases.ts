@@ -71,8 +71,9 @@ export interface Takeover {
   readonly epoch: number;
   /** How many of its jobs went back (or ended). */
   readonly jobs: number;
-  /** When its lease had lapsed (its holder's clock), and when the takeover ended (this one's). */
+  /** When its lease had lapsed, epoch ms (on its holder's clock). */
   readonly expiredAt: number;
+  /** When the takeover ended, epoch ms (on this instance's clock). */
   readonly at: number;
 }
 

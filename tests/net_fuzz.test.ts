@@ -41,7 +41,9 @@ class FrameFactory {
 
   /** A valid frame for the fuzzer's own identity, or one that is valid but stale. */
   valid(): Record<string, Json> {
-    const kind = this.pick(["register", "request", "ack"] as const);
+    const kind = this.pick(
+      ["register", "request", "ack", "release", "done", "fail", "progress"] as const,
+    );
     if (kind === "register") {
       this.nonce = `n${this.int(1000)}`;
       const worker = this.pick(["fuzzer", "fuzzer#1", "fuzzer#2"]);
@@ -63,6 +65,15 @@ class FrameFactory {
     const nonce = this.pick([this.nonce, this.nonce, "stale-nonce"]);
     const confirmed = this.pick([0, this.confirmed, this.confirmed + 1, this.int(50)]);
     if (kind === "ack") return { type: "ack", session, nonce, confirmed };
+    if (kind === "release") {
+      return { type: "release", session, nonce, confirmed, upTo: confirmed + this.int(3) };
+    }
+    const seq = 1 + this.int(60);
+    if (kind === "done") return { type: "done", session, nonce, seq, result: this.value() };
+    if (kind === "progress") return { type: "progress", session, nonce, seq, value: this.value() };
+    if (kind === "fail") {
+      return { type: "fail", session, nonce, seq, error: { name: "Error", message: "boom" } };
+    }
     return {
       type: "request",
       session,
@@ -173,6 +184,8 @@ function fatal(frame: string | Uint8Array): boolean {
   const decoded = decodeWorkerFrame(frame);
   if (!decoded.ok) return true;
   const { frame: parsed } = decoded;
+  // Outcome frames without the outcomes feature (this flow is a plain controller) are refused.
+  if (parsed.type === "done" || parsed.type === "fail") return true;
   // A registration for another worker (spoofing) or another flow is refused and closed.
   return parsed.type === "register" &&
     (parsed.producer !== "jobs" ||

@@ -170,15 +170,14 @@ test(
         nonce: "n1",
         resendInterval: 2000,
       }));
-      // Frames that are valid but never bind: a wrong producer, and stale acks.
+      // Frames that are valid but never bind: acks of a session it never had (dropped silently;
+      // a registration for another flow would be refused and closed at once with 4004).
       const chatter = setInterval(() => {
         chatty.send(JSON.stringify({
-          type: "register",
-          producer: "other",
-          worker: "chatty",
-          incarnation: "i1",
+          type: "ack",
+          session: "never-had-one",
           nonce: crypto.randomUUID(),
-          resendInterval: 2000,
+          confirmed: 0,
         }));
       }, 50);
       try {

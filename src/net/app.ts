@@ -7,14 +7,18 @@
  * | route | what | credential |
  * |---|---|---|
  * | `GET /workers` | WebSocket upgrade for worker endpoints (subprotocol `workpull.v1`) | worker token |
- * | `POST /jobs` | submit one job `{ payload, messageId? }` or a batch `{ jobs: [...] }` | client token |
- * | `GET /stats` | JSON snapshot: workers, pending, totals | client token |
+ * | `GET /stats` | JSON snapshot: workers, pending, totals (and the backlog of a job queue) | client token |
+ * | `POST /jobs`, `GET` and `DELETE /jobs/:id`, `/dead-letters...` | a job queue's routes (`job_routes.ts`) | client token |
+ *
+ * Served with a `queue` (a `JobQueue`), `POST /jobs` answers as soon as the jobs are in its store
+ * (with a durable store, once they survive a crash), whether or not a worker is online. Served
+ * with a plain controller and its `BufferedProducer` instead, `POST /jobs` answers once the jobs
+ * are *accepted* into the controller's pool (they wait for worker demand).
  *
  * Every request is admitted (connection limits, 503), its `Origin` checked when an allow-list is
  * set (403), and authenticated (401) before anything else happens; a refused one changes
- * nothing. `POST /jobs` answers once the jobs are *accepted* into the controller's pool (with a
- * durable queue: once they survive a crash), so an acknowledged job cannot be lost. Its body is
- * read with every limit checked before the work it protects (`json_body.ts`).
+ * nothing. Bodies are read with every limit checked before the work it protects
+ * (`json_body.ts`).
  *
  * The limits and their defaults are in {@linkcode WorkpullAppOptions}; `docs/SECURITY.md` says
  * what each one protects against.
@@ -40,6 +44,8 @@ import {
   type Route,
 } from "./auth.ts";
 import { readJsonBody } from "./json_body.ts";
+import { addJobRoutes } from "./job_routes.ts";
+import type { JobQueue } from "../backlog/job_queue.ts";
 import { resolveEdgeLimits } from "./limits.ts";
 import { type NetEventListener, report } from "./net_event.ts";
 import { socketEvents } from "./socket_link.ts";
@@ -76,13 +82,21 @@ export interface RouteTarget {
 
 /** Options of {@linkcode createWorkpullApp}. */
 export interface WorkpullAppOptions {
-  /** The controller to serve. The app never starts or closes it. */
-  readonly controller: WorkPullingController;
+  /**
+   * The job queue to serve: its controller, `POST /jobs` into its backlog, job status,
+   * cancellation and dead letters. The app never starts or closes it.
+   */
+  readonly queue?: JobQueue;
+  /** The controller to serve, without a job queue (the queue's own otherwise). */
+  readonly controller?: WorkPullingController;
   /** The runtime's WebSocket upgrade (see `denoUpgrader` and `bunUpgrader`). */
   readonly upgradeWebSocket: WebSocketUpgrader;
   /** How requests are authenticated: `{ secret }` for signed tokens, or `{ authorize }`. */
   readonly auth: AuthOptions;
-  /** The controller's `BufferedProducer`: enables `POST /jobs`. */
+  /**
+   * Without a job queue: the controller's `BufferedProducer`, which enables a `POST /jobs` that
+   * answers once the jobs are accepted into the pool.
+   */
   readonly producer?: BufferedProducer<unknown>;
   /** Largest frame accepted from a worker, UTF-8 bytes. Default 65,536 (1 KiB..16 MiB). */
   readonly maxFrameBytes?: number;
@@ -237,10 +251,19 @@ export function mountWorkpull(
 /** The Hono app behind {@linkcode createWorkpullApp}; for the runtime adapters. */
 export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
   optionsObject(OWNER, options);
-  const { controller, producer, upgradeWebSocket, onEvent } = options;
+  const { queue, producer, upgradeWebSocket, onEvent } = options;
+  if (queue !== undefined && typeof queue?.addMany !== "function") {
+    throw new TypeError(`Cannot create ${OWNER}: option "queue" must be a JobQueue`);
+  }
+  const controller = queue?.controller ?? options.controller;
   if (typeof controller?.attach !== "function" || typeof controller.stats !== "function") {
     throw new TypeError(
-      `Cannot create ${OWNER}: option "controller" must be a WorkPullingController`,
+      `Cannot create ${OWNER}: option "controller" (or "queue") must be a WorkPullingController`,
+    );
+  }
+  if (queue && producer) {
+    throw new TypeError(
+      `Cannot create ${OWNER}: options "queue" and "producer" both serve POST /jobs; give one`,
     );
   }
   if (typeof upgradeWebSocket !== "function") {
@@ -443,8 +466,21 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
 
   app.get("/stats", guard("stats"), (c) => {
     c.header("Cache-Control", "no-store");
+    if (queue) return c.json(queue.stats());
     return c.json({ ...controller.stats(), buffered: producer?.buffered ?? 0 });
   });
+
+  if (queue) {
+    addJobRoutes(app, {
+      queue,
+      guard,
+      body: {
+        maxBytes: maxBodyBytes,
+        maxDepth: limits.maxPayloadDepth + ENVELOPE_DEPTH,
+        maxItems: maxJobs,
+      },
+    });
+  }
 
   if (producer) {
     const Batch = v.strictObject({

@@ -106,7 +106,8 @@ export function closeOnShutdown(
   };
   if (listen.drainOnSignals) {
     unregister = drainOnShutdown(async () => {
-      await options.controller.drain();
+      if (options.queue) await options.queue.drain();
+      else await options.controller?.drain();
       await close();
     });
   }

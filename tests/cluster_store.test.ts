@@ -28,6 +28,7 @@ import { planJob } from "../src/lifecycle/job_options.ts";
 import { QueueConflictError, QueueFencedError } from "../src/queue/work_queue.ts";
 import { type QueueFactory, runWorkQueueConformance } from "../src/testing/queue_conformance.ts";
 import { type Clock, SimulatedClock } from "../src/core/clock.ts";
+import { createWorkpullApp, signToken } from "../server.ts";
 import { kvClient, openKv } from "./fixtures/open_kv.ts";
 import { waitFor } from "./support/waiting.ts";
 
@@ -496,6 +497,40 @@ describe(`Job queues sharing a flow (${CLIENT})`, () => {
       },
     };
   }
+
+  test("the HTTP routes work on any instance; GET /stats shows the whole flow", async () => {
+    const { queues: [a, b], close } = await queues(["a", "b"]);
+    try {
+      const secret = "a-secret-of-at-least-32-bytes-length!";
+      const noUpgrade = () => async (_c: unknown, next: () => Promise<void>) => await next();
+      const token = await signToken(secret, { producer: "jobs", expiresIn: 60_000 });
+      const [appA, appB] = [a, b].map((queue) =>
+        createWorkpullApp({ queue, upgradeWebSocket: noUpgrade, auth: { secret } })
+      );
+      const call = (app: typeof appA, method: string, path: string, body?: unknown) =>
+        app.request(path, {
+          method,
+          headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+          ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+        });
+      const posted = await call(appA, "POST", "/jobs", {
+        jobs: [{ payload: 1, messageId: "x" }, { payload: 2, messageId: "y", delay: 60_000 }],
+      });
+      assert.equal(posted.status, 201);
+      assert.equal((await (await call(appB, "GET", "/jobs/x")).json()).state, "waiting");
+      const cancelled = await call(appB, "DELETE", "/jobs/y");
+      assert.deepEqual([cancelled.status, (await cancelled.json()).state], [200, "cancelled"]);
+      await (b.store as DenoKvClusterStore).renew();
+      const stats = await (await call(appB, "GET", "/stats")).json();
+      assert.deepEqual(
+        stats.instances.map((i: { id: string; self: boolean }) => [i.id, i.self]),
+        [["a", false], ["b", true]],
+      );
+      assert.deepEqual(stats.backlog, { waiting: 1, scheduled: 0, failed: 0, active: 0, dead: 0 });
+    } finally {
+      await close();
+    }
+  });
 
   test("an instance with no workers claims nothing; jobs added there run on the others", async () => {
     const { queues: [idle, busy], close } = await queues(["idle", "busy"]);

@@ -146,6 +146,23 @@ export interface ClusterStoreEventMap {
 }
 
 const OWNER = "DenoKvClusterStore";
+
+/**
+ * A KV file that stayed locked past the retries (`database is locked`, a `TypeError`) becomes a
+ * plain `Error` saying so: nothing was written and the call may be made again; it is no mistake
+ * of the caller's (an HTTP route answers 503, not 400). The message keeps "database is locked".
+ */
+async function busy<T>(what: string, call: Promise<T>): Promise<T> {
+  try {
+    return await call;
+  } catch (error) {
+    if (!isKvLockedError(error)) throw error;
+    throw new Error(
+      `Cannot ${what}: the KV store stayed busy (database is locked); nothing was written`,
+      { cause: error },
+    );
+  }
+}
 const NO_COUNTS: BacklogCounts = { waiting: 0, scheduled: 0, failed: 0, active: 0, dead: 0 };
 
 /**
@@ -304,7 +321,8 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
 
   /** Add jobs; known MessageIDs change nothing. */
   async enqueue(jobs: readonly NewJob[]): Promise<readonly EnqueueResult[]> {
-    const { results, notices } = await this.#backlog.enqueue(jobs.map((job) => ({ ...job })));
+    const copies = jobs.map((job) => ({ ...job }));
+    const { results, notices } = await busy("enqueue", this.#backlog.enqueue(copies));
     for (const notice of notices) this.#notify(notice);
     return results;
   }
@@ -328,7 +346,7 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
 
   /** A job as it is now. */
   get(id: string): Promise<JobInfo | undefined> {
-    return this.#backlog.get(id);
+    return busy("read a job", this.#backlog.get(id));
   }
 
   /**
@@ -337,19 +355,19 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
    * there, which that instance acts on within its `renewInterval`.
    */
   async cancel(id: string): Promise<JobInfo | undefined> {
-    const { job, notice } = await this.#backlog.cancel(id, this.instance);
+    const { job, notice } = await busy("cancel", this.#backlog.cancel(id, this.instance));
     if (notice) this.#notify(notice);
     return job;
   }
 
   /** Dead jobs, oldest death first. */
   deadLetters(limit: number, cursor?: string): Promise<DeadLetterPage> {
-    return this.#backlog.deadLetters(limit, cursor);
+    return busy("list dead letters", this.#backlog.deadLetters(limit, cursor));
   }
 
   /** Give a dead job a fresh set of tries. */
   async retryDead(id: string): Promise<JobInfo | undefined> {
-    const notice = await this.#backlog.retryDead(id);
+    const notice = await busy("retry a dead job", this.#backlog.retryDead(id));
     if (notice) this.#notify(notice);
     return notice?.job;
   }
@@ -357,13 +375,15 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
   /** Give every dead job a fresh set of tries. */
   async retryAllDead(): Promise<number> {
     let count = 0;
-    for (const id of await this.#backlog.deadIds()) if (await this.retryDead(id)) count += 1;
+    for (const id of await busy("list dead letters", this.#backlog.deadIds())) {
+      if (await this.retryDead(id)) count += 1;
+    }
     return count;
   }
 
   /** Forget a dead job. */
   deleteDead(id: string): Promise<boolean> {
-    return this.#backlog.deleteDead(id);
+    return busy("delete a dead job", this.#backlog.deleteDead(id));
   }
 
   /** How many jobs are where across the flow, as of the last lease round. */

@@ -1,8 +1,8 @@
 /**
  * One instance of the soak's shared flow (`--instances N`, Deno): a `JobQueue` on a
- * `DenoKvClusterStore` over the KV file all instances share, served on its own fixed port of
- * 127.0.0.1: the workers' WebSocket route (`mountWorkpull`) and `POST /jobs`, which answers once
- * the jobs are in the shared backlog (durable: any instance may run them from then on). Its
+ * `DenoKvClusterStore` over the KV file all instances share, served by `serveDeno` on its own
+ * fixed port of 127.0.0.1: the workers' WebSocket route and the job routes, whose `POST /jobs`
+ * answers once the jobs are in the shared backlog (durable: any instance may run them). Its
  * instance id is random, so a restarted process is a new instance and its predecessor's jobs
  * come back by takeover, as on Deno Deploy.
  *
@@ -23,12 +23,10 @@
 
 import { join } from "node:path";
 import process from "node:process";
-import { Hono } from "hono";
-import { BacklogFullError, JobQueue } from "../../mod.ts";
+import { JobQueue } from "../../mod.ts";
 import { type ClusterKvLike, DenoKvClusterStore } from "../../deno_kv.ts";
-import { denoUpgrader } from "../../deno.ts";
-import { mountWorkpull, verifyToken } from "../../server.ts";
-import { isKvLockedError } from "../../src/queue/deno_kv/port.ts";
+import { serveDeno } from "../../deno.ts";
+import type { WorkpullServer } from "../../server.ts";
 import { FENCED_EXIT } from "./instance_exit.ts";
 import { Journal, wallClock } from "./journal.ts";
 import { announce, type ChildBase, childConfig } from "./lifeline.ts";
@@ -200,47 +198,17 @@ journal.write({
 });
 announce({ ready: true, pid, session: controller.session, instance: store.instance });
 
-/** `POST /jobs` for a job queue: `{ jobs: [{ messageId, payload }] }`, a client token. */
-async function submit(request: Request): Promise<Response> {
-  const token = request.headers.get("authorization")?.replace(/^Bearer /, "") ?? "";
-  try {
-    const claims = await verifyToken(config.secret, token);
-    if (claims.producer !== config.name || claims.worker !== undefined) throw new Error("scope");
-  } catch {
-    return new Response("unauthorized", { status: 401 });
-  }
-  let jobs: { messageId: string; payload: unknown }[];
-  try {
-    jobs = (await request.json()).jobs;
-    if (!Array.isArray(jobs)) throw new TypeError("jobs must be an array");
-  } catch (error) {
-    return new Response(String(error), { status: 400 });
-  }
-  try {
-    const receipts = await queue.addMany(jobs);
-    return Response.json({ accepted: receipts.length });
-  } catch (error) {
-    if (error instanceof BacklogFullError) return new Response("full", { status: 429 });
-    if (isKvLockedError(error)) return new Response("busy", { status: 503 }); // not applied
-    if (error instanceof TypeError || error instanceof RangeError) {
-      return new Response(error.message, { status: 400 });
-    }
-    return new Response(String(error), { status: 503 });
-  }
-}
-
 /** Listen on the slot's fixed port; the previous incarnation's socket may take a moment to go. */
-async function listen(): Promise<Deno.HttpServer> {
-  const app = new Hono();
-  app.post("/jobs", (c) => submit(c.req.raw));
-  mountWorkpull(app, "/", {
-    controller,
-    upgradeWebSocket: denoUpgrader(),
-    auth: { secret: config.secret },
-  });
+async function listen(): Promise<WorkpullServer> {
   for (let attempt = 1;; attempt++) {
     try {
-      return Deno.serve({ hostname: "127.0.0.1", port: config.port, onListen() {} }, app.fetch);
+      return serveDeno({
+        queue,
+        auth: { secret: config.secret },
+        hostname: "127.0.0.1",
+        port: config.port,
+        drainOnSignals: false,
+      });
     } catch (error) {
       if (!(error instanceof Deno.errors.AddrInUse) || attempt >= 250) throw error;
       await new Promise((resolve) => setTimeout(resolve, 20));
@@ -249,7 +217,7 @@ async function listen(): Promise<Deno.HttpServer> {
 }
 
 process.on("SIGTERM", async () => {
-  await server.shutdown();
+  await server.close();
   await queue.close();
   kv.close();
   process.exit(0);

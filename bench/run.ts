@@ -53,6 +53,7 @@ const SCENARIOS = [
   "nats",
   "durable",
   "backlog",
+  "cluster",
   "latency",
   "failover",
   "memory",
@@ -63,6 +64,7 @@ const PER_RUNTIME = new Set([
   "throughput",
   "durable",
   "backlog",
+  "cluster",
   "latency",
   "failover",
   "memory",
@@ -126,6 +128,8 @@ const COMMAND: CommandSpec = {
     "  durable     workpull + Deno KV file, in-process producer and POST /jobs, vs raw KV commits",
     "  backlog     job queue on a Deno KV file: POST /jobs ingest with no worker, then the drain",
     "              to a worker process, each vs the store's own writes as raw KV commits",
+    "  cluster     1, 2 and 3 instances sharing a flow on one Deno KV file (aggregate",
+    "              throughput), and an instance SIGKILL → takeover → first redelivery (Deno)",
     "  latency     submit → handler start at half the maximum throughput; per runtime",
     "  failover    SIGKILL and SIGSTOP of a worker process; per runtime",
     "  memory      controller heap per pending job (Deno)",
@@ -171,6 +175,7 @@ const config = {
     jobs: flag("jobs") ? jobs : quick ? 10_000 : 30_000,
     rounds: flag("rounds") ? rounds : quick ? 2 : 3,
   },
+  cluster: { jobs: quick ? 5_000 : 20_000, rounds: quick ? 2 : 3, takeoverRounds: quick ? 2 : 3 },
   latency: { maxJobs: jobs, seconds: quick ? 2 : 3, rounds: quick ? 2 : 3 },
   failover: { killRounds: quick ? 3 : 5, silentRounds: quick ? 1 : 3 },
   memory: quick ? [{ pending: 100_000, rounds: 1 }] : [
@@ -246,6 +251,15 @@ async function runHere(): Promise<RuntimeResults> {
       );
     } else {
       results.skipped.backlog = "the Deno KV file scenario is Deno's";
+    }
+  }
+  if (want("cluster")) {
+    if (runtime === "deno") {
+      log(`\n[${runtime}] 3c. cluster: instances sharing a flow on one Deno KV file`);
+      const { cluster } = await import("./scenarios/cluster.ts");
+      results.cluster = await measured("cluster", () => cluster({ ...config.cluster, log }));
+    } else {
+      results.skipped.cluster = "the instances are Deno processes on a Deno KV file";
     }
   }
   if (want("latency")) {

@@ -79,7 +79,17 @@ test("bench/run.ts --help prints every flag and scenario and writes nothing", {
       for (const word of ["--scenarios", "--runtimes", "--jobs", "--rounds", "--quick"]) {
         assert.match(result.stdout, new RegExp(word), `usage lists ${word}`);
       }
-      for (const scenario of ["throughput", "peer", "nats", "durable", "latency", "failover"]) {
+      for (
+        const scenario of [
+          "throughput",
+          "peer",
+          "nats",
+          "durable",
+          "cluster",
+          "latency",
+          "failover",
+        ]
+      ) {
         assert.match(result.stdout, new RegExp(`\\b${scenario}\\b`), `usage lists ${scenario}`);
       }
       assert.doesNotMatch(result.stdout, /workpull benchmarks on/, "no scenario started");

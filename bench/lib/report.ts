@@ -9,6 +9,7 @@
 import type { ClientSizeResult } from "../scenarios/client_size.ts";
 import type { DurableResult } from "../scenarios/durable.ts";
 import type { BacklogResult } from "../scenarios/backlog.ts";
+import type { ClusterResult } from "../scenarios/cluster.ts";
 import type { FailoverResult } from "../scenarios/failover.ts";
 import type { LatencyResult } from "../scenarios/latency.ts";
 import type { NatsPeerResult } from "../scenarios/nats_peer.ts";
@@ -37,6 +38,7 @@ export interface RuntimeResults {
   throughput?: ThroughputResult;
   durable?: DurableResult;
   backlog?: BacklogResult;
+  cluster?: ClusterResult;
   latency?: LatencyResult;
   failover?: FailoverResult;
   memory?: MemoryResult;
@@ -231,6 +233,28 @@ function headline(results: Results): string[][] {
         `${n0(b.drain.median)} jobs/s`,
         `raw KV, the store's writes, 100 jobs per commit: ${n0(b.rawDrain.median)} jobs/s`,
         x(b.drain.median / b.rawDrain.median),
+      ]);
+    }
+    if (r.cluster) {
+      const [one, ...more] = r.cluster.throughput;
+      for (const t of more) {
+        rows.push([
+          `Shared flow on one Deno KV file, ${t.instances} instances × ${r.cluster.endpointsPerInstance} endpoints, ${label}`,
+          `${n0(t.median)} jobs/s`,
+          `1 instance ${n0(one.median)} jobs/s`,
+          x(t.median / one.median),
+        ]);
+      }
+      const k = r.cluster.takeover.median;
+      rows.push([
+        `Instance SIGKILLed holding ${k.jobs} jobs, lease ${
+          ms(r.cluster.takeover.leaseTtl, 0)
+        } renewed every ${ms(r.cluster.takeover.renewInterval, 0)}, ${label}`,
+        `taken over ${ms(k.takeover, 0)}, first redelivery ${ms(k.firstRedelivery, 0)}, all done ${
+          ms(k.allDone, 0)
+        }`,
+        "",
+        "",
       ]);
     }
     if (r.latency) {
@@ -558,6 +582,44 @@ function details(results: Results): string[] {
           row("drain to 1 worker process × 4", b.drain),
           row("raw KV, drain writes", b.rawDrain),
         ]),
+        "",
+      );
+    }
+    if (r.cluster) {
+      const c = r.cluster;
+      out.push(
+        `### Shared flow: several instances on one Deno KV file (${c.runtime})`,
+        "",
+        `Instance processes with \`DenoKvClusterStore\` on one fresh KV file per run, each with ${c.endpointsPerInstance} in-process endpoints (window ${c.window}, no-op handler); the shared backlog is filled with ${
+          n0(c.jobs)
+        } jobs first, timed from \`go\` to the last completion; 1, 2 and 3 instances in ${c.rounds} alternating rounds. Takeover: a victim instance holding ${c.takeover.median.jobs} jobs it never finishes is SIGKILLed; two survivors wait with idle workers; lease ${
+          ms(c.takeover.leaseTtl, 0)
+        }, renewed every ${ms(c.takeover.renewInterval, 0)}.`,
+        "",
+        markdownTable(
+          ["Instances", "jobs/s (median)", "rounds"],
+          c.throughput.map((
+            t,
+          ) => [String(t.instances), n0(t.median), t.samples.map(n0).join(", ")]),
+        ),
+        "",
+        markdownTable(
+          ["Round", "taken over", "first redelivery", "all done"],
+          [
+            ...c.takeover.samples.map((s, i) => [
+              String(i + 1),
+              ms(s.takeover, 0),
+              ms(s.firstRedelivery, 0),
+              ms(s.allDone, 0),
+            ]),
+            [
+              "median",
+              ms(c.takeover.median.takeover, 0),
+              ms(c.takeover.median.firstRedelivery, 0),
+              ms(c.takeover.median.allDone, 0),
+            ],
+          ],
+        ),
         "",
       );
     }

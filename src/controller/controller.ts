@@ -412,6 +412,17 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   }
 
   /**
+   * Stop with a terminal failure found outside the controller: a job store shared by several
+   * instances that learned another process took this instance over (`stage` "lease"). As when a
+   * durable write is fenced: one `delivery-failed` event, then `failed` until `respawn()`.
+   */
+  fail(error: unknown, stage: FailureStage = "lease"): void {
+    this.#post(() => {
+      if (this.#state === "running" || this.#state === "loading") this.#fail(stage, error);
+    });
+  }
+
+  /**
    * Attach a worker link. The transport feeds the returned receiver with the link's frames and
    * its closure. `identity` is what the edge authenticated (a registration for another worker
    * name is refused).

@@ -1,9 +1,10 @@
 /**
  * The controller's cost per job in **instructions**, counted by Valgrind's callgrind: the
  * `controller_cpu.ts` workload (producer, controller, 4 scripted workers, no sockets) run twice
- * under `valgrind --tool=callgrind`, with `jobs` and with `4 × jobs` per round; the difference of
- * the two totals divided by the difference of the job counts is what one more job costs, with
- * the start-up, the module loading and the JIT warm-up cancelled out.
+ * under `valgrind --tool=callgrind`, with 2 and with 6 rounds of `jobs` jobs (after the same
+ * warm-up); the difference of the two totals divided by the 4 rounds' jobs is what one more job
+ * costs in steady state, with the start-up, the module loading and the JIT warm-up cancelled out
+ * and the garbage collector's cycles averaged over several rounds.
  *
  * Why: on a shared 2-core machine CPU-time figures swing by 2x with the load of other processes
  * (caches, hyper-threads, frequency); an instruction count does not, so two commits (or a change
@@ -33,12 +34,12 @@ const { values } = commandLine({
     "deno run -A bench/tools/controller_instructions.ts [--runtime=deno|bun] [--jobs=N] [--outcomes]",
   summary: [
     "Instructions per job of the controller_cpu.ts workload under valgrind's callgrind: two runs",
-    "(N and 4N jobs per round) and the difference, so start-up and warm-up cancel out. Repeatable",
-    "on a busy machine, unlike CPU time. Needs valgrind; takes a few minutes.",
+    "(2 and 6 rounds of N jobs) and the difference, so start-up and warm-up cancel out.",
+    "Repeatable on a busy machine, unlike CPU time. Needs valgrind; takes several minutes.",
   ].join("\n"),
   flags: {
     runtime: { kind: "value", value: "deno|bun", help: "the runtime to count (default deno)" },
-    jobs: { kind: "value", value: "N", help: "jobs per round of the smaller run (default 10000)" },
+    jobs: { kind: "value", value: "N", help: "jobs per round (default 20000)" },
     outcomes: { kind: "switch", help: "the job-queue mode of controller_cpu.ts (--outcomes)" },
   },
 });
@@ -47,14 +48,18 @@ if (target !== "deno" && target !== "bun") {
   console.error(`error: unknown runtime "${target}" (runtimes: deno, bun)`);
   process.exit(2);
 }
-const jobs = numberArg("--jobs", values.jobs, 10_000);
+const jobs = numberArg("--jobs", values.jobs, 20_000);
+const FEW = 2;
+const MANY = 6;
+/** The longest a callgrind run may take. */
+const TIMEOUT_MS = 90 * 60_000;
 const outcomes = values.outcomes === true;
 
-/** Run the workload with `perRound` jobs under callgrind; its instruction total. */
-function count(runtime: Runtime, perRound: number, dir: string): Promise<number> {
-  const out = join(dir, `callgrind.${perRound}.out`);
+/** Run the workload with `rounds` rounds under callgrind; its instruction total. */
+function count(runtime: Runtime, rounds: number, dir: string): Promise<number> {
+  const out = join(dir, `callgrind.${rounds}.out`);
   const script = repoPath("bench", "tools", "controller_cpu.ts");
-  const workload = [String(perRound), "1", ...(outcomes ? ["--outcomes"] : [])];
+  const workload = [String(jobs), String(rounds), ...(outcomes ? ["--outcomes"] : [])];
   const command = runtime === "deno"
     ? [binary("deno"), "run", "-A", "--quiet", "--v8-flags=--single-threaded", script, ...workload]
     : [binary("bun"), script, ...workload];
@@ -67,13 +72,16 @@ function count(runtime: Runtime, perRound: number, dir: string): Promise<number>
   const env = { ...process.env, BUN_JSC_useConcurrentJIT: "0" };
   return new Promise((resolve, reject) => {
     const child = spawn("valgrind", args, { env, stdio: ["ignore", "pipe", "pipe"] });
+    // Bounded: a run that stops making progress (seen once under valgrind) is killed.
+    const timer = setTimeout(() => child.kill("SIGKILL"), TIMEOUT_MS);
+    child.on("exit", () => clearTimeout(timer));
     let output = "";
     child.stdout.on("data", (chunk) => (output += chunk));
     child.stderr.on("data", (chunk) => (output += chunk));
     child.on("error", (error) => reject(new Error(`cannot run valgrind: ${error.message}`)));
     child.on("exit", (code) => {
       if (code !== 0) {
-        return reject(new Error(`callgrind run of ${perRound} jobs failed (${code}):\n${output}`));
+        return reject(new Error(`callgrind run of ${rounds} rounds failed (${code}):\n${output}`));
       }
       const summary = readFileSync(out, "utf8").match(/^summary: (\d+)$/m);
       if (!summary) return reject(new Error(`no instruction total in ${out}`));
@@ -84,16 +92,13 @@ function count(runtime: Runtime, perRound: number, dir: string): Promise<number>
 
 const dir = makeTempDir("callgrind");
 try {
-  // controller_cpu.ts runs a warm-up of half a round, then the round: 1.5 × its argument.
-  const small = jobs;
-  const large = 4 * jobs;
   console.log(
-    `counting ${target}${outcomes ? " (outcomes)" : ""}: ${1.5 * small} and ${
-      1.5 * large
-    } jobs under callgrind…`,
+    `counting ${target}${
+      outcomes ? " (outcomes)" : ""
+    }: ${FEW} and ${MANY} rounds of ${jobs} jobs under callgrind…`,
   );
-  const [a, b] = await Promise.all([count(target, small, dir), count(target, large, dir)]);
-  const perJob = (b - a) / (1.5 * (large - small));
+  const [a, b] = await Promise.all([count(target, FEW, dir), count(target, MANY, dir)]);
+  const perJob = (b - a) / ((MANY - FEW) * jobs);
   console.log(
     `controller + producer${outcomes ? " (outcomes)" : ""} on ${target}: ${
       Math.round(perJob).toLocaleString("en-US")

@@ -86,7 +86,6 @@ function acceptedExecutor(resolve: () => void) {
  * someone asks the receipt for it.
  */
 class Item {
-  readonly promise: Promise<Receipt>;
   readonly resolve: (receipt: Receipt) => void;
   readonly reject: (error: unknown) => void;
   /**
@@ -97,15 +96,12 @@ class Item {
     false;
   stored = false;
 
+  /** Made right after its receipt's promise, whose settle functions it takes. */
   constructor(
     /** Empty until the job is first produced, when a generated MessageID is made. */
     public messageId: string,
     readonly payload: JsonText,
-    readonly confirmed: Deferred<DeliveryConfirmed> | undefined,
-    /** Submitted with an explicit MessageID (so a resubmission may join it while it waits). */
-    readonly named: boolean,
   ) {
-    this.promise = new Promise<Receipt>(receiptExecutor);
     this.resolve = settleReceipt!;
     this.reject = rejectReceipt!;
     settleReceipt = rejectReceipt = undefined;
@@ -146,10 +142,10 @@ class StoredReceipt implements Receipt {
   readonly confirmed: Promise<DeliveryConfirmed> | undefined;
   readonly #item: Item;
 
-  constructor(item: Item, seq: number) {
+  constructor(item: Item, seq: number, confirmed: Promise<DeliveryConfirmed> | undefined) {
     this.messageId = item.messageId;
     this.seq = seq;
-    this.confirmed = item.confirmed?.promise;
+    this.confirmed = confirmed;
     this.#item = item;
   }
 
@@ -187,11 +183,11 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
   #session = "";
   readonly #buffer = new Deque<Item>();
   /**
-   * Items submitted with an explicit MessageID and not yet stored, by MessageID: a resubmission
-   * while waiting joins the same item. (A generated MessageID cannot be resubmitted before its
-   * receipt names it, which is when it is stored.)
+   * The receipts of jobs submitted with an explicit MessageID and not yet stored, by MessageID:
+   * a resubmission while waiting joins the same job. (A generated MessageID cannot be
+   * resubmitted before its receipt names it, which is when it is stored.)
    */
-  readonly #waiting = new Map<string, Item>();
+  readonly #waiting = new Map<string, Promise<Receipt>>();
   /** Items not yet stored. */
   #unstored = 0;
   readonly #confirmations = new Map<string, Deferred<DeliveryConfirmed>>();
@@ -241,7 +237,7 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
         );
       }
       const existing = this.#waiting.get(named);
-      if (existing) return existing.promise;
+      if (existing) return existing;
     }
     // A generated MessageID is made when the job is first produced (nobody can name it before),
     // so a long backlog of waiting jobs does not hold one each; a delivery confirmation waits
@@ -270,17 +266,14 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
         ),
       );
     }
-    const item = new Item(
-      messageId,
-      json,
-      port.deliveryConfirmation ? this.#confirmationFor(messageId) : undefined,
-      named !== undefined,
-    );
-    if (named !== undefined) this.#waiting.set(messageId, item);
+    if (port.deliveryConfirmation) this.#confirmationFor(messageId);
+    const promise = new Promise<Receipt>(receiptExecutor);
+    const item = new Item(messageId, json); // takes the promise's settle functions
+    if (named !== undefined) this.#waiting.set(messageId, promise);
     this.#unstored += 1;
     this.#buffer.pushBack(item);
     this.#answer();
-    return item.promise;
+    return promise;
   }
 
   /** Reject every job that is not Stored yet and refuse new ones. */
@@ -334,8 +327,11 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
         if (item.stored) continue; // a resubmission after a restart: the receipt was given already
         item.stored = true;
         this.#unstored -= 1;
-        if (item.named) this.#waiting.delete(messageId);
-        item.resolve(new StoredReceipt(item, seq));
+        if (this.#waiting.size > 0) this.#waiting.delete(messageId);
+        const confirmed = this.#confirmations.size > 0
+          ? this.#confirmations.get(messageId)?.promise
+          : undefined;
+        item.resolve(new StoredReceipt(item, seq, confirmed));
       }
       this.#stored = answered;
       this.#answered = undefined;

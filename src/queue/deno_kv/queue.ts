@@ -61,7 +61,7 @@ import type {
 } from "../work_queue.ts";
 import { QueueConflictError, QueueFencedError } from "../work_queue.ts";
 import { durationOption, integerOption } from "../../core/options.ts";
-import { isKvLockedError, type KvKey, type KvLike, MeasuredAtomic } from "./port.ts";
+import { isKvLockedError, KV_LIMITS, type KvKey, type KvLike, MeasuredAtomic } from "./port.ts";
 import { KvQueueLayout } from "./layout.ts";
 import {
   decodeDone,
@@ -305,7 +305,11 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
   async #readCompleted(retained: ReadonlyMap<string, unknown>): Promise<CompletedMessage[]> {
     if (this.#completedWindow === 0) return [];
     const latest = new Map<string, number>();
-    for await (const entry of this.#kv.list({ prefix: this.#layout.donePrefix })) {
+    // Large pages: a restart reads up to completedWindow of these before its first delivery.
+    const entries = this.#kv.list({ prefix: this.#layout.donePrefix }, {
+      batchSize: KV_LIMITS.maxListBatch,
+    });
+    for await (const entry of entries) {
       let done;
       try {
         done = decodeDone(entry.value);

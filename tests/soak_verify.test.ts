@@ -440,3 +440,103 @@ test("the verifier excuses what an instance's stop or kill explains, and only th
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+/**
+ * A binding that ended before its instance's kill (found in a 3-instance soak): i1 (pid 401,
+ * session s1) delivers to w1 (pid 501). j1 and j3 finish and their confirmations leave w1 at
+ * 1,020 and 1,080; j2 is still running when w1 is SIGKILLed at 1,100. i1's commits are slow:
+ * the one that completed last (1,030 to 1,700) carried neither. w1 comes back (pid 511) and
+ * replaces its binding at 2,100: i1 requeues j2 (in flight) and j3 (it never read j3's
+ * confirmation), not j1, whose confirmation it had taken and was still to write when it was
+ * SIGKILLed at 2,300. i2 (pid 402, session s2) takes it over and w2 (pid 502) runs all three
+ * again. j1 lost its confirmation to the instance's kill although its binding had ended first;
+ * j3 was requeued, so its rerun stays avoidable.
+ */
+function writeUnboundStory(j: Journals): void {
+  const spawn = (role: string, name: string, pid: number, t: number) =>
+    j.soak({ ev: "spawn", role, name, runtime: "deno", pid, t });
+  const exit = (role: string, name: string, pid: number, t: number) =>
+    j.soak({ ev: "exit", role, name, pid, code: null, signal: "SIGKILL", expected: true, t });
+  j.soak({ ev: "phase", phase: "start", t: 0 });
+  for (
+    const [name, pid, session, id] of [["i1", 401, "s1", "id1"], ["i2", 402, "s2", "id2"]] as const
+  ) {
+    spawn("controller", name, pid, 0);
+    j.controller(pid, { ev: "ready", session, name, instance: id, loaded: 0, t: 100 });
+  }
+  spawn("worker", "w1", 501, 50);
+  spawn("worker", "w2", 502, 50);
+  j.attach("w1", 501, 200, "s1", "b1");
+  j.attach("w2", 502, 200, "s2", "b1");
+  j.producer({ ev: "send", from: 1, to: 3, attempt: 1, t: 300 });
+  j.producer({ ev: "ack", from: 1, to: 3, t: 500 });
+
+  j.run("w1", 501, "w1", "b1", 1, 1000, 1010);
+  j.worker("w1", 501, { ev: "sent", ep: "w1", c: 1, t: 1020 });
+  j.run("w1", 501, "w1", "b1", 2, 1030);
+  j.run("w1", 501, "w1", "b1", 3, 1040, 1070);
+  j.worker("w1", 501, { ev: "sent", ep: "w1", c: 3, t: 1080 });
+  j.controller(401, {
+    ev: "commit",
+    s: 1030,
+    e: 1700,
+    stores: 0,
+    accepts: 0,
+    confirms: 1,
+    full: false,
+  });
+  j.soak({ ev: "fault", kind: "worker-kill", target: "w1", pid: 501, t: 1100 });
+  exit("worker", "w1", 501, 1110);
+  spawn("worker", "w1", 511, 1120);
+  j.attach("w1", 511, 2000, "s1", "b2");
+  j.controller(401, {
+    ev: "unbound",
+    session: "s1",
+    ep: "w1",
+    binding: "b1",
+    reason: "replaced",
+    requeued: 2,
+    t: 2100,
+  });
+  j.controller(401, { ev: "requeued", session: "s1", ep: "w1", ids: ["j2", "j3"], t: 2101 });
+  j.soak({ ev: "fault", kind: "instance-kill", target: "i1", pid: 401, t: 2300 });
+  exit("controller", "i1", 401, 2310);
+  j.controller(402, { ev: "takeover", of: "id1", jobs: 3, expiredAt: 5000, t: 5100 });
+  j.run("w2", 502, "w2", "b1", 1, 5200, 5210);
+  j.run("w2", 502, "w2", "b1", 2, 5210, 5220);
+  j.run("w2", 502, "w2", "b1", 3, 5220, 5230);
+}
+
+test("a confirmation its instance had taken is lost to the instance's kill, binding or not", () => {
+  const dir = mkdtempSync(join(tmpdir(), "workpull-soak-verify-"));
+  try {
+    const journals = new Journals(dir);
+    writeUnboundStory(journals);
+    const summary = verify(journals.paths, {
+      settings: {
+        minutes: 1,
+        rate: 1,
+        seed: 1,
+        workers: [],
+        ackDelayMs: 10,
+        reconnectGraceMs: 1000,
+        drainDeadlineS: 60,
+        instances: 2,
+        leaseMs: 3000,
+      },
+      drain: { complete: true, remaining: 0, ms: 0 },
+    });
+    assert.equal(summary.lost, 0);
+    const { byFault: _, ...causes } = summary.duplicates;
+    assert.deepEqual(causes, {
+      total: 3,
+      running: 1, // j2: running when w1 was killed
+      "ack-delay": 0,
+      "unconfirmed-at-controller-kill": 1, // j1: taken by i1, not yet written at its kill
+      avoidable: 1, // j3: its confirmation left w1 before the kill, yet i1 requeued it
+    });
+    assert.deepEqual(summary.avoidable.examples.map((example) => example.messageId), ["j3"]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -29,7 +29,10 @@
  * written, since a commit carries every confirmation applied before it started; one it never
  * applied was still on its way or waiting to be read (a controller busy with a backlog reads
  * some sockets late; nothing could have saved such a confirmation). One applied before B is not
- * excused: the controller should have written it.
+ * excused: the controller should have written it. The run's binding may have ended before F (its
+ * worker died and came back): that changes nothing for a confirmation the controller had taken
+ * before the binding ended (it left the worker before then, and the binding's end did not
+ * requeue the job), which still waited for its durable write when F came.
  *
  * The faults F of a run: a SIGKILL of its worker process; a SIGSTOP of it long enough that the
  * controller ended the endpoint's binding (the controller's journal shows the unbinding during the
@@ -126,6 +129,9 @@ export class Classifier {
   readonly #sessionsOfPid: Map<number, string[]>;
   readonly #selfRestarts: Evidence["selfRestarts"];
   readonly #applied: Evidence["applied"];
+  readonly #requeued: Evidence["requeued"];
+  /** Instances journal a confirmation only once a commit wrote it. */
+  readonly #instancePids: ReadonlySet<number>;
 
   constructor(evidence: Evidence, runs: Runs, ackDelay: number) {
     this.#runs = runs;
@@ -133,6 +139,8 @@ export class Classifier {
     this.#sessionsOfPid = evidence.sessions;
     this.#selfRestarts = evidence.selfRestarts;
     this.#applied = evidence.applied;
+    this.#requeued = evidence.requeued;
+    this.#instancePids = new Set(evidence.instances.keys());
     const exitOf = new Map(evidence.exits.map((exit) => [exit.pid, exit.t]));
     const spawnOf = new Map(evidence.spawns.map((spawn) => [spawn.pid, spawn.t]));
     for (const unbind of evidence.unbinds) {
@@ -229,7 +237,10 @@ export class Classifier {
       at: number,
       beforeNotice = false,
     ) => {
-      if (fault.t > detached + S) return; // it had no binding left to lose
+      // It had no binding left to lose, unless its controller had taken its confirmation before
+      // the binding ended: then the confirmation waited for a durable write, binding or not.
+      const taken = cause === "unconfirmed-at-controller-kill" && this.#keptPastUnbinding(run);
+      if (fault.t > detached + S && !taken) return;
       if (!best || fault.t < best.fault.t) best = { cause, fault, at, beforeNotice };
     };
     /**
@@ -302,6 +313,23 @@ export class Classifier {
     if (applied !== undefined) return applied >= kill.durableBefore;
     const sent = this.#runs.confirmationSent(run);
     return sent !== undefined && sent < last + CLOCK_SLACK_MS;
+  }
+
+  /**
+   * Whether the controller that delivered `run` had taken its confirmation when the run's binding
+   * ended: the confirmation left the worker before that, and the controller did not requeue the
+   * job after the run started (a binding's end requeues what was still in flight on it).
+   */
+  #keptPastUnbinding(run: number): boolean {
+    const runs = this.#runs;
+    const sent = runs.confirmationSent(run);
+    const session = runs.session(run);
+    if (sent === undefined || session === undefined) return false;
+    if (!(sent < this.bindingEnded(run) - CLOCK_SLACK_MS)) return false;
+    const start = runs.start(run);
+    return !this.#requeued.get(runs.job(run))?.some((r) =>
+      r.session === session && r.t >= start - CLOCK_SLACK_MS
+    );
   }
 
   /**
@@ -395,7 +423,9 @@ export class Classifier {
         return "the controller applied its confirmation before its last commit but never wrote it";
       }
       if (sent !== undefined && sent < kill.fault.t) {
-        return "its confirmation left the worker well before a controller kill, never applied";
+        return this.#instancePids.has(kill.fault.pid)
+          ? "its confirmation left the worker well before an instance's end, never written"
+          : "its confirmation left the worker well before a controller kill, never applied";
       }
       return "its worker still held its confirmation at a controller kill, long after it finished";
     }

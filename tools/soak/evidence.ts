@@ -79,6 +79,8 @@ export interface Evidence {
   readonly selfRestarts: { pid: number; session: string; t: number }[];
   /** When each controller pid applied a confirmation of a job, for the jobs asked about. */
   readonly applied: Map<number, { pid: number; t: number }[]>;
+  /** When a controller session requeued a job (a binding ended), for the jobs asked about. */
+  readonly requeued: Map<number, { session: string; t: number }[]>;
   /** With --instances: each instance pid's slot name and instance id. */
   readonly instances: Map<number, { name: string; id: string }>;
   /** With --instances: the takeovers, by the pid that made them. */
@@ -120,6 +122,7 @@ export function readEvidence(paths: SoakPaths, jobs: ReadonlySet<number> = new S
     failures: [],
     selfRestarts: [],
     applied: new Map(),
+    requeued: new Map(),
     instances: new Map(),
     takeovers: [],
     fenced: [],
@@ -174,6 +177,14 @@ export function readEvidence(paths: SoakPaths, jobs: ReadonlySet<number> = new S
           if (jobs.has(n)) push(evidence.applied, n, { pid, t: r.t as number });
           break;
         }
+        case "requeued":
+          for (const id of r.ids as string[]) {
+            const n = jobNumber(id);
+            if (jobs.has(n)) {
+              push(evidence.requeued, n, { session: r.session as string, t: r.t as number });
+            }
+          }
+          break;
         case "failed":
           evidence.failures.push(r as unknown as Evidence["failures"][number]);
           break;

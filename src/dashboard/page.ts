@@ -51,13 +51,15 @@ main, #login { max-width: 1180px; margin: 0 auto; padding: 16px 20px 32px; }
 .panel h2 { font-size: 14px; margin: 0 0 8px; }
 .two { display: grid; grid-template-columns: 1fr 1fr; gap: 14px; }
 @media (max-width: 900px) { .two { grid-template-columns: 1fr; } }
+.two .panel { min-width: 0; }
+.two td { max-width: 180px; }
 table { width: 100%; border-collapse: collapse; font-variant-numeric: tabular-nums; }
 th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line);
   white-space: nowrap; max-width: 360px; overflow: hidden; text-overflow: ellipsis; }
 th { color: var(--muted); font-weight: 500; font-size: 12px; }
 tr.gone td, tr.empty td { color: var(--muted); }
 tr.dead td:nth-child(4) { color: var(--red); }
-svg { width: 100%; height: auto; display: block; }
+svg { width: 100%; height: 190px; display: block; }
 .grid { stroke: var(--line); stroke-width: 1; }
 .axis { fill: var(--muted); font-size: 11px; }
 .line { fill: none; stroke-width: 1.6; stroke-linejoin: round; }
@@ -117,6 +119,7 @@ export function dashboardPage(options: PageOptions): string {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="referrer" content="no-referrer">
 <title>workpull dashboard</title>
+<link rel="icon" href="data:,">
 <style nonce="${nonce}">${STYLE}</style>
 </head>
 <body data-base="${escapeHtml(options.base)}">
@@ -138,7 +141,7 @@ export function dashboardPage(options: PageOptions): string {
 <section class="cards">${cards}</section>
 <section class="panel">
 <h2>Throughput <small>jobs a second over the last 5 minutes; figures: the last 10 s</small></h2>
-<svg id="chart" viewBox="0 0 640 190" role="img" aria-label="Jobs a second over the last 5 minutes"></svg>
+<svg id="chart" viewBox="0 0 640 190" height="190" role="img" aria-label="Jobs a second over the last 5 minutes"></svg>
 <div class="legend">${legend}</div>
 </section>
 <section class="panel">

@@ -143,7 +143,10 @@ export const DASHBOARD_SCRIPT = String.raw`
       const td = tr.cells[i];
       if (value instanceof Node) {
         if (td.firstChild !== value) td.replaceChildren(value);
-      } else if (td.textContent !== String(value)) td.textContent = String(value);
+      } else if (td.textContent !== String(value)) {
+        td.textContent = String(value);
+        td.title = String(value); // the whole text where an ellipsis cuts it
+      }
     });
   }
 
@@ -287,7 +290,10 @@ export const DASHBOARD_SCRIPT = String.raw`
 
   function drawChart(rate) {
     const chart = $("chart");
-    const W = 640, H = 190, L = 48, R = 8, T = 10, B = 24;
+    // One unit a pixel, so the labels keep their size whatever the width.
+    const W = Math.max(320, Math.round(chart.clientWidth || 640)), H = 190;
+    const L = 48, R = 12, T = 10, B = 24;
+    chart.setAttribute("viewBox", "0 0 " + W + " " + H);
     const series = [["submitted", "s-submitted"], ["completed", "s-completed"], ["failed", "s-failed"]];
     let max = 0;
     for (const [key] of series) for (const v of rate.values[key]) if (v > max) max = v;
@@ -305,7 +311,7 @@ export const DASHBOARD_SCRIPT = String.raw`
     for (let m = 0; m <= minutes; m++) {
       const i = n - 1 - m * 60;
       if (i < 0) break;
-      parts.push(svg("text", { x: x(i), y: H - 6, class: "axis", "text-anchor": "middle" },
+      parts.push(svg("text", { x: x(i), y: H - 6, class: "axis", "text-anchor": m === 0 ? "end" : "middle" },
         m === 0 ? "now" : "−" + m + " min"));
     }
     for (const [key, css] of series) {

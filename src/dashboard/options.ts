@@ -7,7 +7,29 @@
 
 import { durationOption, integerOption } from "../core/options.ts";
 
-/** Options of the live dashboard (the app's `dashboard` option). */
+/**
+ * Options of the live dashboard (the app's `dashboard` option).
+ *
+ * @example The page at /dashboard, a snapshot every 2 s, at most 20 viewers
+ * ```ts
+ * import { JobQueue, MemoryJobStore } from "../../mod.ts";
+ * import { createWorkpullApp } from "../net/app.ts";
+ * import { denoUpgrader } from "../net/deno.ts";
+ *
+ * const queue = new JobQueue({ name: "reports", store: new MemoryJobStore() });
+ * const app = createWorkpullApp({
+ *   queue,
+ *   upgradeWebSocket: denoUpgrader(),
+ *   auth: { secret: "a-secret-of-at-least-32-bytes-length!" },
+ *   dashboard: { path: "/dashboard", interval: 2_000, maxStreams: 20 },
+ * });
+ * const page = await app.request("/dashboard");
+ * console.assert(page.status === 200); // the page holds no data: it asks for a client token
+ * console.assert((await app.request("/events")).status === 401); // the data needs one
+ * await page.body?.cancel();
+ * await queue.close();
+ * ```
+ */
 export interface DashboardOptions {
   /**
    * Where the page is served, relative to the app (for example `/dashboard`). Its live stream is

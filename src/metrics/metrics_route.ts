@@ -17,7 +17,27 @@ import { booleanOption } from "../core/options.ts";
 import { EXPOSITION_CONTENT_TYPE, renderExposition } from "./exposition.ts";
 import type { FlowMetrics } from "./flow_metrics.ts";
 
-/** Options of the app's `GET /metrics` (its `metrics` option). */
+/**
+ * Options of the app's `GET /metrics` (its `metrics` option).
+ *
+ * @example Metrics a scraper on a private network reads without a credential
+ * ```ts
+ * import { JobQueue, MemoryJobStore } from "../../mod.ts";
+ * import { createWorkpullApp } from "../net/app.ts";
+ * import { denoUpgrader } from "../net/deno.ts";
+ *
+ * const queue = new JobQueue({ name: "reports", store: new MemoryJobStore() });
+ * const app = createWorkpullApp({
+ *   queue,
+ *   upgradeWebSocket: denoUpgrader(),
+ *   auth: { secret: "a-secret-of-at-least-32-bytes-length!" },
+ *   metrics: { public: true },
+ * });
+ * const text = await (await app.request("/metrics")).text();
+ * console.assert(text.includes('workpull_jobs_submitted_total{flow="reports"} 0'));
+ * await queue.close();
+ * ```
+ */
 export interface MetricsOptions {
   /**
    * Serve the metrics without a credential (for a scraper on a private network). Default false:

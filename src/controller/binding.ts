@@ -23,10 +23,41 @@ export interface Job {
   readonly attempt?: number;
   /** How long the try may take, ms (0 or absent: no limit). */
   readonly timeout?: number;
-  /** Times a worker was lost while this job was its oldest unconfirmed one. */
+  /** Times a worker was lost while this job was its oldest unconfirmed one (across tries). */
   lost?: number;
+  /**
+   * The job may have been running when a worker was lost: the next worker confirms what it
+   * finished before starting it (protocol: `confirmFirst`), so that a loss while it runs is
+   * charged to it and not to a job that finished just before.
+   */
+  confirmFirst?: boolean;
   /** Cancelled while at a worker: whatever the worker reports, the try ends as cancelled. */
   cancelled?: boolean;
+}
+
+/**
+ * A new {@linkcode Job}. Every job is made here, with every field set, so that all of them share
+ * one shape (the engines' property access stays monomorphic on the hot path).
+ */
+export function newJob(
+  messageId: string,
+  storeSeq: number,
+  payload: string,
+  attempt: number | undefined,
+  timeout: number | undefined,
+  lost = 0,
+): Job {
+  return {
+    messageId,
+    storeSeq,
+    payload,
+    attempt,
+    timeout,
+    lost,
+    // A job that was running when a worker was lost: see `confirmFirst`.
+    confirmFirst: lost > 0,
+    cancelled: false,
+  };
 }
 
 /** The link-side state a binding is attached to (owned by the controller). */

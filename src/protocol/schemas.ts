@@ -190,6 +190,11 @@ export const WireJobSchema = v.strictObject({
   attempt: v.optional(positiveSeq),
   /** Feature `outcomes`: how long the try may take, ms (absent: no limit). */
   timeout: v.optional(v.pipe(v.number(), v.safeInteger(), v.minValue(1))),
+  /**
+   * Feature `outcomes`: the job may have been running when a worker was lost. The worker sends
+   * its confirmation of everything it finished before starting it.
+   */
+  confirmFirst: v.optional(v.literal(true)),
 });
 
 /** Jobs with contiguous sequences `seq`, `seq + 1`, ... in one frame. */
@@ -272,16 +277,19 @@ export const ProducedJobSchema = v.strictObject({
   attempt: v.optional(positiveSeq),
   /** Optional: how long the try may take, ms (0 = no limit). */
   timeout: v.optional(v.pipe(v.number(), v.safeInteger(), v.minValue(0))),
+  /** Optional: workers lost while running it so far (a job queue's producer knows). */
+  lost: v.optional(seq),
 });
 
 /** The answer to a grant: one job, or a batch of jobs each with its own MessageID. */
 export const ProducedSchema = v.union([
-  v.strictObject({ session: id, token: id, messageId: id, payload: v.unknown() }),
+  // The batch first: a union tries its members in order, and batches are the common case.
   v.strictObject({
     session: id,
     token: id,
     jobs: v.pipe(v.array(ProducedJobSchema), v.minLength(1)),
   }),
+  v.strictObject({ session: id, token: id, messageId: id, payload: v.unknown() }),
 ]);
 
 /** The jobs of a grant are stored: each with its producer-visible store sequence. */
@@ -457,6 +465,8 @@ export interface WireJob {
   readonly attempt?: number;
   /** Feature `outcomes`: how long the try may take, ms (absent: no limit). */
   readonly timeout?: number;
+  /** Feature `outcomes`: confirm everything finished before starting this job. */
+  readonly confirmFirst?: true;
 }
 
 /** Jobs with contiguous sequences `seq`, `seq + 1`, ... in one frame. */
@@ -547,10 +557,20 @@ export interface ProducedJob {
   readonly attempt?: number;
   /** Optional: how long the try may take, ms (0 = no limit). */
   readonly timeout?: number;
+  /** Optional: workers lost while running it so far (a job queue's producer knows). */
+  readonly lost?: number;
 }
 
-/** The answer to a grant: one job, or a batch of jobs each with its own MessageID. */
+/** The answer to a grant: a batch of jobs each with its own MessageID, or one job. */
 export type Produced =
+  | {
+    /** Copied from the grant. */
+    readonly session: string;
+    /** Copied from the grant. */
+    readonly token: string;
+    /** 1..`maxJobs` jobs with distinct MessageIDs. */
+    readonly jobs: readonly ProducedJob[];
+  }
   | {
     /** Copied from the grant. */
     readonly session: string;
@@ -560,14 +580,6 @@ export type Produced =
     readonly messageId: string;
     /** The job's value. */
     readonly payload: unknown;
-  }
-  | {
-    /** Copied from the grant. */
-    readonly session: string;
-    /** Copied from the grant. */
-    readonly token: string;
-    /** 1..`maxJobs` jobs with distinct MessageIDs. */
-    readonly jobs: readonly ProducedJob[];
   };
 
 /** The jobs of a grant are stored, each with its producer-visible store sequence. */

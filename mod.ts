@@ -34,6 +34,7 @@
 
 export { type Clock, systemClock, type TimerHandle, wallClock } from "./src/core/clock.ts";
 export {
+  type ConfirmationWatcher,
   type ControllerState,
   type ControllerStats,
   type LinkIdentity,

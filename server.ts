@@ -1,7 +1,7 @@
 /**
  * workpull over the network, server side and runtime-agnostic: the Hono app that serves a
- * controller to workers over WebSockets (plus `POST /jobs` and `GET /stats`), and signed
- * worker and client tokens.
+ * controller to workers over WebSockets (plus `POST /jobs`, `GET /stats`, a live dashboard and
+ * `GET /metrics`), and signed worker and client tokens.
  *
  * Serve it with `serveDeno` from `./deno.ts` or `serveBun` from `./bun.ts`, or mount it into
  * an existing Hono app with `mountWorkpull(app, "/prefix", options)`. Workers connect
@@ -38,6 +38,8 @@ export {
   type Route,
 } from "./src/net/auth.ts";
 export type { NetEvent, NetEventListener } from "./src/net/net_event.ts";
+export type { DashboardOptions } from "./src/dashboard/options.ts";
+export type { MetricsOptions } from "./src/metrics/metrics_route.ts";
 export type { LinkIdentity } from "./src/controller/controller.ts";
 export type { ServeOptions, WorkpullServer } from "./src/net/serve.ts";
 export {

@@ -35,6 +35,9 @@ const NODE_TESTS = [
   "deno_kv_queue.test.ts", // the Deno KV adapter on npm @deno/kv
   "deno_kv_job_store.test.ts", // the Deno KV job store on npm @deno/kv
   "durable_file_producer.test.ts",
+  "metrics.test.ts", // GET /metrics on the Node adapter
+  "dashboard.test.ts", // the live stream (server-sent events) through @hono/node-server
+  "dashboard_browser.test.ts", // the dashboard in Chromium, served by Node (CI installs Chromium)
 ];
 /** How Node 22 runs TypeScript (tests/fixtures/net_support.ts spawns workers the same way). */
 const NODE_TS_FLAGS = ["--experimental-transform-types", "--no-warnings"];

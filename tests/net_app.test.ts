@@ -171,6 +171,7 @@ test("HTTP routes need a client token: 401 with a reason otherwise", async () =>
       "connected",
       "inFlight",
       "incarnation",
+      "quietFor",
       "window",
       "worker",
     ]);

@@ -11,6 +11,7 @@ import { createWorkpullApp, signToken } from "../server.ts";
 import { connectWorker } from "../client.ts";
 import { prng, SECRET, serve } from "./fixtures/net_support.ts";
 import { waitFor } from "./support/waiting.ts";
+import { parseExposition } from "./support/prometheus.ts";
 
 /** An upgrader for in-memory tests: HTTP routes only, no upgrade ever happens. */
 const noUpgrade = () => async (_c: unknown, next: () => Promise<void>) => await next();
@@ -249,7 +250,7 @@ describe("job routes", () => {
     }
   });
 
-  test("thousands of random requests to the job routes: never a 500, the queue keeps running", async () => {
+  test("thousands of random requests to the job, metrics and dashboard routes: never a 500, the queue keeps running", async () => {
     const s = await setup(new MemoryJobStore({ maxBacklog: 50 }));
     const random = prng(0xb0d1);
     const pick = <T>(items: readonly T[]) => items[Math.floor(random() * items.length)];
@@ -309,6 +310,14 @@ describe("job routes", () => {
             ["GET", `/dead-letters?limit=${encodeURIComponent(String(value()))}`],
             ["POST", `/dead-letters/${id}/retry`],
             ["DELETE", `/dead-letters/${id}`],
+            // The observing routes, between the job operations.
+            ["GET", "/metrics"],
+            ["GET", `/metrics?name=${id}`],
+            ["POST", "/metrics"],
+            ["GET", "/"],
+            ["GET", `/${id}`],
+            ["GET", "/events"],
+            ["GET", `/events/${id}`],
           ]);
           response = await s.call(method, path);
         }
@@ -320,6 +329,9 @@ describe("job routes", () => {
       }
       assert.ok(stored > 10, `${stored} submissions stored`);
       assert.equal(s.queue.controller.state, "running");
+      // The metrics still read back, and counted the jobs stored.
+      const metrics = parseExposition(await (await s.call("GET", "/metrics")).text());
+      assert.ok(metrics.value("workpull_jobs_submitted_total", { flow: "jobs" }) > 0);
     } finally {
       await s.close();
     }

@@ -33,9 +33,13 @@ test(
     /** Keep two worker processes alive: each one that dies is replaced by a new one. */
     const startWorker = async (): Promise<void> => {
       const name = `w${++started}`;
+      const token = await signToken(SECRET, { producer: "jobs", worker: name, expiresIn: 600_000 });
+      // A replacement whose token was being signed when the test began stopping would never be
+      // killed, and would keep the test's process alive (Node's runner then waits for good).
+      if (stopping) return;
       const worker = new WorkerProcess({
         url: server.workersUrl.href,
-        token: await signToken(SECRET, { producer: "jobs", worker: name, expiresIn: 600_000 }),
+        token,
         producer: "jobs",
         name,
         delayMs: 2,

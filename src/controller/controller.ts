@@ -129,7 +129,23 @@ export interface WorkerStats {
   readonly inFlight: number;
   /** Jobs this binding confirmed. */
   readonly confirmed: number;
+  /**
+   * What the worker runs on, as its transport reports it (over WebSockets, from the upgrade's
+   * `User-Agent`: `Deno 2.9.6`, `Bun 1.4.5`, `Chrome 131`...); absent when unknown.
+   */
+  readonly runtime?: string;
+  /** Milliseconds since the controller last heard from the worker; absent while disconnected. */
+  readonly quietFor?: number;
 }
+
+/**
+ * Told how long confirmed jobs took at their worker (see
+ * {@linkcode WorkPullingController.watchConfirmations}): `jobs` jobs of `worker` were confirmed
+ * together, `busyMs` after the worker last confirmed or, if it had been idle, after the oldest of
+ * them was handed to it. A worker endpoint runs one job at a time, so `busyMs / jobs` is what
+ * each took as the controller sees it (the handler plus the frames' travel).
+ */
+export type ConfirmationWatcher = (worker: string, jobs: number, busyMs: number) => void;
 
 /** A snapshot of the controller. */
 export interface ControllerStats {
@@ -301,6 +317,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   readonly #dirty = new Set<Binding>();
 
   #totals = { stored: 0, accepted: 0, dispatched: 0, confirmed: 0, requeued: 0, failed: 0 };
+  #confirmationWatchers: readonly ConfirmationWatcher[] = [];
   /** MessageIDs cancelled before the controller held them: ended at once if they arrive. */
   readonly #cancelRequests = new RecentMap<string, true>(10_000);
   /** Set by `drain()`: nothing more is dispatched or asked for. */
@@ -497,21 +514,39 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
 
   /** A snapshot of the pool, the workers and the totals. */
   stats(): ControllerStats {
+    const now = this.#options.clock.now();
     return {
       name: this.#options.name,
       state: this.#state,
       session: this.#session,
       pending: this.#pending.length,
-      workers: this.#rotation.members.map((binding) => ({
-        worker: binding.worker,
-        incarnation: binding.incarnation,
-        binding: binding.id,
-        connected: this.#linkOf.has(binding),
-        window: Math.max(0, binding.demandUpTo - binding.confirmedSeq),
-        inFlight: binding.currentSeq - binding.confirmedSeq,
-        confirmed: binding.confirmedCount,
-      })),
+      workers: this.#rotation.members.map((binding) => {
+        const connection = this.#linkOf.get(binding);
+        return {
+          worker: binding.worker,
+          incarnation: binding.incarnation,
+          binding: binding.id,
+          connected: connection !== undefined,
+          window: Math.max(0, binding.demandUpTo - binding.confirmedSeq),
+          inFlight: binding.currentSeq - binding.confirmedSeq,
+          confirmed: binding.confirmedCount,
+          runtime: connection?.link.runtime,
+          quietFor: connection ? now - connection.lastHeard : undefined,
+        };
+      }),
       totals: { ...this.#totals },
+    };
+  }
+
+  /**
+   * Be told how long each confirmed job took at its worker (for metrics); returns the function
+   * that stops it. The watcher runs inside the controller's turn: keep it short (a throw is
+   * logged and ignored).
+   */
+  watchConfirmations(watcher: ConfirmationWatcher): () => void {
+    this.#confirmationWatchers = [...this.#confirmationWatchers, watcher];
+    return () => {
+      this.#confirmationWatchers = this.#confirmationWatchers.filter((w) => w !== watcher);
     };
   }
 
@@ -926,9 +961,14 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
    * cancelled while at the worker ends cancelled whatever the worker says.
    */
   #confirm(binding: Binding, confirmed: number, last?: JobOutcome): void {
-    const done = binding.advance(confirmed, this.#options.clock.now());
+    const busySince = binding.progressAt;
+    const now = this.#options.clock.now();
+    const done = binding.advance(confirmed, now);
     if (done.length === 0) return;
     this.#totals.confirmed += done.length;
+    if (this.#confirmationWatchers.length > 0) {
+      this.#tellWatchers(binding.worker, done.length, now - busySince);
+    }
     const outcomes = this.#options.outcomes;
     for (let i = 0; i < done.length; i++) {
       const job = done[i];
@@ -957,6 +997,16 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     if (this.#lane) {
       if (!outcomes) this.#lane.confirm(done.map((job) => job.messageId));
       this.#pumpLane();
+    }
+  }
+
+  #tellWatchers(worker: string, jobs: number, busyMs: number): void {
+    for (const watcher of this.#confirmationWatchers) {
+      try {
+        watcher(worker, jobs, busyMs);
+      } catch (error) {
+        console.error("workpull: a confirmation watcher threw", error);
+      }
     }
   }
 

@@ -108,7 +108,7 @@ export interface JobInfo {
   readonly priority: number;
   /** When it was submitted, epoch ms. */
   readonly enqueuedAt: number;
-  /** When it is due, epoch ms (scheduled, waiting, failed). */
+  /** When it is due, epoch ms (scheduled, waiting, failed), or was due (active: this try). */
   readonly runAt?: number;
   /** When the current or last try started, epoch ms. */
   readonly startedAt?: number;
@@ -249,7 +249,7 @@ export function infoOf(
     attempts: record.attempts,
     priority: record.priority,
     enqueuedAt: record.enqueuedAt,
-    ...(queued ? { runAt: record.runAt } : {}),
+    ...(queued || state === "active" ? { runAt: record.runAt } : {}),
     ...(record.startedAt === undefined ? {} : { startedAt: record.startedAt }),
     ...(record.finishedAt === undefined ? {} : { finishedAt: record.finishedAt }),
     ...(worker === undefined ? {} : { worker }),

@@ -9,6 +9,8 @@
  * | `GET /workers` | WebSocket upgrade for worker endpoints (subprotocol `workpull.v1`) | worker token |
  * | `GET /stats` | JSON snapshot: workers, pending, totals (and the backlog of a job queue) | client token |
  * | `POST /jobs`, `GET` and `DELETE /jobs/:id`, `/dead-letters...` | a job queue's routes (`job_routes.ts`) | client token |
+ * | `GET /` and `GET /events` | the live dashboard and its event stream (`src/dashboard/`) | client token (the stream) |
+ * | `GET /metrics` | Prometheus metrics (`src/metrics/`) | client token, or none when public |
  *
  * Served with a `queue` (a `JobQueue`), `POST /jobs` answers as soon as the jobs are in its store
  * (with a durable store, once they survive a crash), whether or not a worker is online. Served
@@ -49,6 +51,15 @@ import type { JobQueue } from "../backlog/job_queue.ts";
 import { resolveEdgeLimits } from "./limits.ts";
 import { type NetEventListener, report } from "./net_event.ts";
 import { socketEvents } from "./socket_link.ts";
+import { runtimeFromUserAgent } from "./user_agent.ts";
+import { addDashboardRoutes } from "../dashboard/routes.ts";
+import { type DashboardOptions, resolveDashboardOptions } from "../dashboard/options.ts";
+import { FlowMetrics } from "../metrics/flow_metrics.ts";
+import {
+  addMetricsRoute,
+  type MetricsOptions,
+  resolveMetricsOptions,
+} from "../metrics/metrics_route.ts";
 
 /**
  * A runtime's WebSocket upgrade: `upgradeWebSocket` from `hono/deno` or `hono/bun`, or
@@ -163,6 +174,16 @@ export interface WorkpullAppOptions {
   readonly submitTimeout?: number;
   /** Receives reports of refused requests, oversized frames and backpressure closes. */
   readonly onEvent?: NetEventListener;
+  /**
+   * The live dashboard: a page at `/` (or `path`) and its event stream at `GET /events`, which
+   * needs a client token. `false` turns both off. Default: on (see `docs/DASHBOARD.md`).
+   */
+  readonly dashboard?: boolean | DashboardOptions;
+  /**
+   * `GET /metrics` in the Prometheus text format, with a client token (`{ public: true }`:
+   * without one). `false` turns it off. Default: on.
+   */
+  readonly metrics?: boolean | MetricsOptions;
 }
 
 const MessageId = v.pipe(
@@ -251,7 +272,7 @@ export function mountWorkpull(
 /** The Hono app behind {@linkcode createWorkpullApp}; for the runtime adapters. */
 export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
   optionsObject(OWNER, options);
-  const { queue, producer, upgradeWebSocket, onEvent } = options;
+  const { queue, producer, upgradeWebSocket } = options;
   if (queue !== undefined && typeof queue?.addMany !== "function") {
     throw new TypeError(`Cannot create ${OWNER}: option "queue" must be a JobQueue`);
   }
@@ -317,6 +338,15 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
   );
   const limits = resolveEdgeLimits(options);
   const admission = new Admission(limits);
+  const dashboard = resolveDashboardOptions(OWNER, options.dashboard);
+  const metricsRoute = resolveMetricsOptions(OWNER, options.metrics);
+  const metrics = dashboard || metricsRoute ? FlowMetrics.of({ queue, controller }) : undefined;
+  const onEvent: NetEventListener | undefined = metrics
+    ? (event) => {
+      metrics.edgeEvent(event);
+      report(options.onEvent, event);
+    }
+    : options.onEvent;
   const { allowedOrigins, clientAddress } = options;
   if (
     allowedOrigins !== undefined && typeof allowedOrigins !== "function" &&
@@ -449,6 +479,7 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
           : undefined,
         recheckInterval: limits.recheckInterval,
         worker,
+        runtime: runtimeFromUserAgent(request.headers.get("user-agent")),
         onEvent: (event) => {
           // A flood, or a frame far over the limit (which Deno buffers whole before the app can
           // refuse it), is no accident: the credential cools down.
@@ -482,6 +513,29 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
         maxBytes: maxBodyBytes,
         maxDepth: limits.maxPayloadDepth + ENVELOPE_DEPTH,
         maxItems: maxJobs,
+      },
+    });
+  }
+
+  if (metrics && metricsRoute) {
+    addMetricsRoute(app, { metrics, guard: metricsRoute.public ? undefined : guard("metrics") });
+  }
+  if (metrics && dashboard) {
+    addDashboardRoutes(app, {
+      controller,
+      queue,
+      metrics,
+      options: dashboard,
+      guard: guard("stats"),
+      recheckInterval: limits.recheckInterval,
+      client: (c) => {
+        const request = c.req.raw;
+        const original = new Request(request.url, { headers: request.headers });
+        return {
+          address: addressOf(c),
+          expiresAt: expiries.get(request),
+          recheck: () => authenticate(original, "stats").then((outcome) => outcome.ok),
+        };
       },
     });
   }

@@ -34,8 +34,11 @@ import {
   verifyToken,
 } from "./token.ts";
 
-/** The routes of the workpull app, as the authenticator sees them. */
-export type Route = "workers" | "jobs" | "stats";
+/**
+ * The routes of the workpull app, as the authenticator sees them: `stats` also stands for the
+ * dashboard's live stream, `metrics` for `GET /metrics`.
+ */
+export type Route = "workers" | "jobs" | "stats" | "metrics";
 
 /**
  * What an `authorize` hook admits: the identity to enforce and, optionally, when the credential

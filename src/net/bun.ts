@@ -17,6 +17,7 @@ import { type Context, Hono } from "hono";
 import type { WSEvents } from "hono/ws";
 import { upgradeWebSocket, websocket } from "hono/bun";
 import { buildWorkpullHono, DEFAULT_MAX_FRAME_BYTES, type WebSocketUpgrader } from "./app.ts";
+import { closeDashboardStreams } from "../dashboard/routes.ts";
 import {
   closeOnShutdown,
   idleSeconds,
@@ -146,7 +147,10 @@ export function serveBun(options: ServeOptions): WorkpullServer {
   const close = closeOnShutdown(
     listen,
     options,
-    () => Promise.resolve(server.stop(true)).then(() => {}),
+    () => {
+      closeDashboardStreams(app);
+      return Promise.resolve(server.stop(true)).then(() => {});
+    },
   );
   return { app, url, workersUrl, port, close, [Symbol.asyncDispose]: close };
 }

@@ -357,7 +357,7 @@ class EndpointSocket {
     }
     let socket: WebSocket;
     try {
-      socket = new this.#settings.WebSocket(url, protocols) as WebSocket;
+      socket = openSocket(this.#settings.WebSocket, url, protocols) as WebSocket;
     } catch (error) {
       return this.#scheduleRetry(1006, String(error));
     }
@@ -505,4 +505,38 @@ function closableCode(code: number): number {
 
 function guard(body: () => void): void {
   guardAs("a worker socket handler", body);
+}
+
+/** What the client may read of the runtime it is in (nothing of it exists in a browser). */
+interface RuntimeGlobals {
+  readonly Bun?: { readonly version?: string };
+  readonly Deno?: unknown;
+  readonly process?: { readonly versions?: { readonly node?: string } };
+  readonly WebSocket?: unknown;
+}
+
+/**
+ * Open a socket that tells the server what it runs on (shown on its dashboard) where the
+ * runtime would not: Bun's WebSocket sends no `User-Agent` (its constructor takes headers in an
+ * options object), nor does `ws` on Node (its third argument; a WHATWG constructor ignores a
+ * third argument). Browsers, Deno and Node's global WebSocket send their own.
+ */
+function openSocket(
+  WebSocket: WebSocketConstructor,
+  url: string,
+  protocols: string[],
+): WebSocketLike {
+  const runtime = globalThis as RuntimeGlobals;
+  const open = WebSocket as unknown as new (...args: unknown[]) => WebSocketLike;
+  const bun = runtime.Bun?.version;
+  if (bun !== undefined && WebSocket === runtime.WebSocket) {
+    return new open(url, { protocols, headers: { "user-agent": `Bun/${bun}` } });
+  }
+  const node = runtime.Deno === undefined && runtime.Bun === undefined
+    ? runtime.process?.versions?.node
+    : undefined;
+  if (node !== undefined && WebSocket !== runtime.WebSocket) {
+    return new open(url, protocols, { headers: { "user-agent": `Node.js/${node}` } });
+  }
+  return new WebSocket(url, protocols);
 }

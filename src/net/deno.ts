@@ -22,6 +22,7 @@ import { type Context, Hono } from "hono";
 import type { WSEvents } from "hono/ws";
 import { upgradeWebSocket } from "hono/deno";
 import { buildWorkpullHono, type WebSocketUpgrader } from "./app.ts";
+import { closeDashboardStreams } from "../dashboard/routes.ts";
 import { type NetEventListener, report } from "./net_event.ts";
 import {
   closeOnShutdown,
@@ -93,7 +94,10 @@ export function serveDeno(options: ServeOptions): WorkpullServer {
   const root = listen.basePath ? new Hono().route(listen.basePath, app) : app;
   const loop = new ServeLoop(listen.hostname, listen.port, root.fetch, options.onEvent);
   const { url, workersUrl } = serverUrls(listen.hostname, loop.port, listen.basePath);
-  const close = closeOnShutdown(listen, options, () => loop.close());
+  const close = closeOnShutdown(listen, options, () => {
+    closeDashboardStreams(app); // Deno.serve's shutdown waits for open responses
+    return loop.close();
+  });
   return { app, url, workersUrl, port: loop.port, close, [Symbol.asyncDispose]: close };
 }
 

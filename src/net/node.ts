@@ -35,6 +35,7 @@ import { defineWebSocketHelper, WSContext, type WSEvents } from "hono/ws";
 import { type RawData, type WebSocket, WebSocketServer } from "ws";
 import { SUBPROTOCOL } from "../protocol/schemas.ts";
 import { buildWorkpullHono, DEFAULT_MAX_FRAME_BYTES, type WebSocketUpgrader } from "./app.ts";
+import { closeDashboardStreams } from "../dashboard/routes.ts";
 import { guard } from "./safety.ts";
 import {
   closeOnShutdown,
@@ -289,6 +290,7 @@ export async function serveNode(options: ServeOptions): Promise<WorkpullServer> 
   const { url, workersUrl } = serverUrls(listen.hostname, port, listen.basePath);
   const close = closeOnShutdown(listen, options, () =>
     new Promise<void>((resolve) => {
+      closeDashboardStreams(app);
       sockets.close();
       server.close(() => resolve());
       // Idle keep-alive connections would hold close() open until they time out.

@@ -125,6 +125,8 @@ export interface SocketLinkOptions {
   readonly recheckInterval?: number;
   /** The worker the connection authenticated as (for reports). */
   readonly worker?: string;
+  /** What the peer runs on (from the upgrade's `User-Agent`), passed on as `Link.runtime`. */
+  readonly runtime?: string;
   /** Receives reports of refused frames and the connections this edge closed. */
   readonly onEvent?: NetEventListener;
   /** Called once when the connection is finished, however it ended. */
@@ -245,6 +247,7 @@ export function socketEvents(
   };
 
   const link: Link = {
+    runtime: options.runtime,
     send(frame) {
       if (closed || !socket) return;
       if (queue.length === 0 && socket.bufferedAmount() <= highWater) {

@@ -15,6 +15,8 @@ export interface Link {
   send(frame: string): void;
   /** Close the channel; the peer's receiver gets `closed` with the code and reason. */
   close(code?: number, reason?: string): void;
+  /** What the peer runs on, when the transport knows (for example `Deno 2.9.6`); for stats. */
+  readonly runtime?: string;
 }
 
 /** What a transport calls when something arrives on a link. */

@@ -483,6 +483,10 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     this.#live = false;
     this.#ackTimer?.cancel();
     this.#ackTimer = undefined;
+    // Ticks serve a link; the next `attach` starts them again. Without this an endpoint whose
+    // controller closed (in process, nobody reconnects) kept a timer and its process alive.
+    this.#tick?.cancel();
+    this.#tick = undefined;
   }
 
   #guard(body: () => void): void {
@@ -548,7 +552,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   }
 
   #scheduleTick(): void {
-    if (this.#tick || this.closed) return;
+    if (this.#tick || this.closed || !this.#link) return;
     this.#tick = this.#clock.setTimeout(() => {
       this.#tick = undefined;
       this.#guard(() => this.#onTick());

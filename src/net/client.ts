@@ -61,7 +61,7 @@ export interface WebSocketLike {
   onmessage: ((event: never) => void) | null;
   /** Set by the client: the socket closed (`event.code`, `event.reason`). */
   onclose: ((event: never) => void) | null;
-  /** Set by the client: the socket failed (a close event follows). */
+  /** Set by the client: the socket failed (usually a close event follows). */
   onerror: ((event: never) => void) | null;
 }
 
@@ -479,9 +479,15 @@ class EndpointSocket {
         markClosed();
         release(event.code, event.reason);
       });
-    socket.onerror = () => {
-      // A close event follows.
-    };
+    socket.onerror = () =>
+      guard(() => {
+        // Usually a close event follows. Node 22's WebSocket fires only this one when the
+        // handshake is refused (and stays CONNECTING): before open, the attempt failed now,
+        // rather than at the connect timeout.
+        if (receiver || !live) return;
+        markClosed();
+        release(1006, "connection failed");
+      });
   }
 
   #scheduleRetry(code: number, reason: string): void {

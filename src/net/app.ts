@@ -32,6 +32,7 @@ import * as v from "valibot";
 import type { LinkIdentity, WorkPullingController } from "../controller/controller.ts";
 import { utf8Length } from "../controller/durable_lane.ts";
 import { durationOption, integerOption, optionsObject } from "../core/options.ts";
+import { type Logger, loggerOption } from "../core/logger.ts";
 import type { BufferedProducer } from "../producer/buffered_producer.ts";
 import { MAX_ID_LENGTH, SUBPROTOCOL } from "../protocol/schemas.ts";
 import { Admission, type AdmissionRefusal, type Lease } from "./admission.ts";
@@ -47,7 +48,7 @@ import { readJsonBody } from "./json_body.ts";
 import { addJobRoutes } from "./job_routes.ts";
 import type { JobQueue } from "../backlog/job_queue.ts";
 import { resolveEdgeLimits } from "./limits.ts";
-import { type NetEventListener, report } from "./net_event.ts";
+import { loggedListener, type NetEventListener, report } from "./net_event.ts";
 import { socketEvents } from "./socket_link.ts";
 
 /**
@@ -163,6 +164,8 @@ export interface WorkpullAppOptions {
   readonly submitTimeout?: number;
   /** Receives reports of refused requests, oversized frames and backpressure closes. */
   readonly onEvent?: NetEventListener;
+  /** Where contained failures are reported. Default: `console.error` (see `createLogger`). */
+  readonly logger?: Logger;
 }
 
 const MessageId = v.pipe(
@@ -251,7 +254,9 @@ export function mountWorkpull(
 /** The Hono app behind {@linkcode createWorkpullApp}; for the runtime adapters. */
 export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
   optionsObject(OWNER, options);
-  const { queue, producer, upgradeWebSocket, onEvent } = options;
+  const { queue, producer, upgradeWebSocket } = options;
+  const logger = loggerOption(OWNER, options.logger);
+  const onEvent = loggedListener(options.onEvent, logger);
   if (queue !== undefined && typeof queue?.addMany !== "function") {
     throw new TypeError(`Cannot create ${OWNER}: option "queue" must be a JobQueue`);
   }
@@ -274,7 +279,7 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
       `Cannot create ${OWNER}: option "auth" must be { secret } or { authorize }`,
     );
   }
-  const authenticate = createAuthenticator(options.auth, controller.name);
+  const authenticate = createAuthenticator(options.auth, controller.name, logger);
   const maxFrameBytes = integerOption(
     OWNER,
     "maxFrameBytes",
@@ -388,7 +393,7 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
     const held = [lease];
     leases.set(c.req.raw, held);
     try {
-      if (!originAllowed(c.req.raw, allowedOrigins)) {
+      if (!originAllowed(c.req.raw, allowedOrigins, logger)) {
         report(onEvent, { kind: "forbidden-origin", origin: c.req.header("origin") ?? "" });
         return c.json({ error: "forbidden-origin" }, 403);
       }
@@ -459,6 +464,7 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
           report(onEvent, event);
         },
         onFinish: () => releaseAll(held),
+        logger,
       });
     }),
     (c) => c.json({ error: "upgrade-failed" }, 426, { Upgrade: "websocket" }),
@@ -474,6 +480,7 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
     addJobRoutes(app, {
       queue,
       guard,
+      logger,
       body: {
         maxBytes: maxBodyBytes,
         maxDepth: limits.maxPayloadDepth + ENVELOPE_DEPTH,
@@ -532,7 +539,7 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
   }
 
   app.onError((error, c) => {
-    console.error("workpull: an HTTP handler failed", error);
+    logger.error("an HTTP handler failed", error);
     return c.json({ error: "internal" }, 500);
   });
   return app;

@@ -37,6 +37,7 @@ import { type Delivery, type RefusedEvent, WorkerEndpoint } from "../worker/work
 import { drainOnShutdown } from "./shutdown.ts";
 import { type Backoff, backoffDelay, type BackoffOptions, resolveBackoff } from "./backoff.ts";
 import { closeReason, guard as guardAs } from "./safety.ts";
+import { type Logger, loggerOption } from "../core/logger.ts";
 
 /**
  * A `WebSocket` constructor: the global one by default, or `WebSocket` from the `ws` package on
@@ -104,6 +105,8 @@ export interface ConnectWorkerOptions<T> {
   readonly backoff?: BackoffOptions;
   /** The `WebSocket` constructor. Default: `globalThis.WebSocket`. */
   readonly WebSocket?: WebSocketConstructor;
+  /** Where contained failures are reported. Default: `console.error` (see `createLogger`). */
+  readonly logger?: Logger;
 }
 
 /**
@@ -169,6 +172,7 @@ interface Settings {
   readonly connectTimeout: number;
   readonly backoff: Backoff;
   readonly WebSocket: WebSocketConstructor;
+  readonly logger: Logger;
 }
 
 const OWNER = "connectWorker";
@@ -293,6 +297,7 @@ export function connectWorker<T = unknown>(options: ConnectWorkerOptions<T>): Wo
     ),
     backoff: resolveBackoff(OWNER, options.backoff),
     WebSocket: WebSocketCtor,
+    logger: loggerOption(OWNER, options.logger),
   };
   const endpoints = Array.from({ length: concurrency }, (_, i) =>
     new WorkerEndpoint<T>({
@@ -305,6 +310,7 @@ export function connectWorker<T = unknown>(options: ConnectWorkerOptions<T>): Wo
       ackDelay: options.ackDelay,
       drainTimeout: options.drainTimeout,
       incarnation: options.incarnation,
+      logger: settings.logger,
     }));
   const drainOnSignals = booleanOption(OWNER, "drainOnSignals", options.drainOnSignals, true);
   return new WorkerConnection(endpoints, settings, drainOnSignals);
@@ -394,6 +400,8 @@ class EndpointSocket {
   }
 
   #watch(socket: WebSocket): void {
+    const guard = (body: () => void) =>
+      guardAs("a worker socket handler", body, this.#settings.logger);
     this.#socket = socket;
     let receiver: LinkReceiver | undefined;
     let live = true;
@@ -507,8 +515,4 @@ class EndpointSocket {
 /** Browsers (and the WHATWG API elsewhere) accept only 1000 and 3000..4999 in `close()`. */
 function closableCode(code: number): number {
   return code === 1000 || (code >= 3000 && code <= 4999) ? code : 1000;
-}
-
-function guard(body: () => void): void {
-  guardAs("a worker socket handler", body);
 }

@@ -35,7 +35,8 @@ import { defineWebSocketHelper, WSContext, type WSEvents } from "hono/ws";
 import { type RawData, type WebSocket, WebSocketServer } from "ws";
 import { SUBPROTOCOL } from "../protocol/schemas.ts";
 import { buildWorkpullHono, DEFAULT_MAX_FRAME_BYTES, type WebSocketUpgrader } from "./app.ts";
-import { guard } from "./safety.ts";
+import { guard as guardAs } from "./safety.ts";
+import { type Logger, loggerOption } from "../core/logger.ts";
 import {
   closeOnShutdown,
   idleSeconds,
@@ -57,6 +58,8 @@ export interface NodeWebSocketOptions {
    * it above the app's `maxFrameBytes` so the app can report oversized frames. Default 1 MiB.
    */
   readonly maxPayloadLength?: number;
+  /** Where contained failures are reported. Default: `console.error`. */
+  readonly logger?: Logger;
 }
 
 /**
@@ -132,6 +135,8 @@ export function nodeWebSocket(options: NodeWebSocketOptions = {}): NodeWebSocket
     handleProtocols: (offered) => offered.has(SUBPROTOCOL) ? SUBPROTOCOL : false,
   });
   const liveness = new Map<WebSocket, Liveness>();
+  const logger = loggerOption("nodeWebSocket", options.logger);
+  const guard = (what: string, body: () => void) => guardAs(what, body, logger);
   let ticker: ReturnType<typeof setInterval> | undefined;
 
   /** One idle-timeout tick: ping the quiet, terminate the silent after a ping. */
@@ -260,9 +265,11 @@ export function nodeWebSocket(options: NodeWebSocketOptions = {}): NodeWebSocket
 export async function serveNode(options: ServeOptions): Promise<WorkpullServer> {
   const listen = listenOptions("serveNode", options);
   const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
+  const logger = loggerOption("serveNode", options.logger);
   const sockets = nodeWebSocket({
     idleTimeout: listen.idleTimeoutSeconds * 1000,
     maxPayloadLength: Math.max(4 * maxFrameBytes, 1024 * 1024),
+    logger,
   });
   const app = buildWorkpullHono({ ...options, upgradeWebSocket: sockets.upgradeWebSocket });
   const root = listen.basePath ? new Hono().route(listen.basePath, app) : app;
@@ -283,7 +290,7 @@ export async function serveNode(options: ServeOptions): Promise<WorkpullServer> 
     );
   });
   // A server error after listening (rare: the listening socket failed) must not end the process.
-  server.on("error", (error) => console.error("workpull: the Node server failed", error));
+  server.on("error", (error) => logger.error("the Node server failed", error));
   const address = server.address();
   const port = typeof address === "object" && address ? address.port : listen.port;
   const { url, workersUrl } = serverUrls(listen.hostname, port, listen.basePath);

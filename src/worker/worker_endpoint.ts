@@ -52,6 +52,7 @@ import {
   integerOption,
   optionsObject,
 } from "../core/options.ts";
+import { type Logger, loggerOption } from "../core/logger.ts";
 import { RecentMap } from "../core/recent_map.ts";
 import { SafeEventTarget } from "../core/safe_event_target.ts";
 import { decodeControllerFrame, encodeFrame } from "../protocol/codec.ts";
@@ -128,6 +129,8 @@ export interface WorkerEndpointOptions<T> {
   readonly incarnation?: string;
   /** The time source. Default: the system clock. */
   readonly clock?: Clock;
+  /** Where contained failures are reported. Default: `console.error` (see `createLogger`). */
+  readonly logger?: Logger;
 }
 
 /**
@@ -332,6 +335,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   #settled: (() => void) | undefined;
   readonly #abort = new AbortController();
   #processed = 0;
+  readonly #logger: Logger;
 
   /** Validates `options`, throwing an error that names a bad option. */
   constructor(options: WorkerEndpointOptions<T>) {
@@ -374,6 +378,8 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       ? crypto.randomUUID()
       : identifierOption(owner, "incarnation", options.incarnation);
     this.#clock = options.clock ?? systemClock;
+    this.#logger = loggerOption(owner, options.logger);
+    this.reportTo(this.#logger);
   }
 
   /** Jobs this endpoint's handler completed. */
@@ -493,7 +499,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     try {
       body();
     } catch (error) {
-      console.error("workpull: worker endpoint handler failed", error);
+      this.#logger.error("a worker endpoint handler failed", error);
     }
   }
 

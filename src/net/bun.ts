@@ -13,14 +13,20 @@
  * @module
  */
 
-import { type Context, Hono } from "hono";
+import type { Context } from "hono";
 import type { WSEvents } from "hono/ws";
 import { upgradeWebSocket, websocket } from "hono/bun";
-import { buildWorkpullHono, DEFAULT_MAX_FRAME_BYTES, type WebSocketUpgrader } from "./app.ts";
+import {
+  buildWorkpullHono,
+  DEFAULT_MAX_FRAME_BYTES,
+  type WebSocketUpgrader,
+  type WorkpullAppOptions,
+} from "./app.ts";
 import {
   closeOnShutdown,
   idleSeconds,
   listenOptions,
+  servedRoot,
   type ServeOptions,
   serverUrls,
   type WorkpullServer,
@@ -122,12 +128,11 @@ export function bunWebSocket(options: BunWebSocketOptions = {}): BunWebSocketHan
  */
 export function serveBun(options: ServeOptions): WorkpullServer {
   const listen = listenOptions("serveBun", options);
-  const app = buildWorkpullHono({
-    clientAddress: bunClientAddress,
-    ...options,
-    upgradeWebSocket: bunUpgrader(),
-  });
-  const root = listen.basePath ? new Hono().route(listen.basePath, app) : app;
+  const upgradeWebSocket = bunUpgrader();
+  const build = (app: Omit<WorkpullAppOptions, "upgradeWebSocket">) =>
+    buildWorkpullHono({ clientAddress: bunClientAddress, ...app, upgradeWebSocket });
+  const app = build(options);
+  const root = servedRoot("serveBun", listen, app, options, build);
   const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
   const bun = (globalThis as unknown as { Bun?: BunRuntime }).Bun;
   if (!bun) throw new Error("Cannot serve with serveBun: this runtime is not Bun");

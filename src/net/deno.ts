@@ -18,16 +18,17 @@
  * @module
  */
 
-import { type Context, Hono } from "hono";
+import type { Context } from "hono";
 import type { WSEvents } from "hono/ws";
 import { upgradeWebSocket } from "hono/deno";
-import { buildWorkpullHono, type WebSocketUpgrader } from "./app.ts";
+import { buildWorkpullHono, type WebSocketUpgrader, type WorkpullAppOptions } from "./app.ts";
 import { type NetEventListener, report } from "./net_event.ts";
 import { type Logger, loggerOption } from "../core/logger.ts";
 import {
   closeOnShutdown,
   idleSeconds,
   listenOptions,
+  servedRoot,
   type ServeOptions,
   serverUrls,
   type WorkpullServer,
@@ -86,12 +87,11 @@ export function denoUpgrader(options: DenoUpgraderOptions = {}): WebSocketUpgrad
  */
 export function serveDeno(options: ServeOptions): WorkpullServer {
   const listen = listenOptions("serveDeno", options);
-  const app = buildWorkpullHono({
-    clientAddress: denoClientAddress,
-    ...options,
-    upgradeWebSocket: denoUpgrader({ idleTimeout: listen.idleTimeoutSeconds * 1000 }),
-  });
-  const root = listen.basePath ? new Hono().route(listen.basePath, app) : app;
+  const upgradeWebSocket = denoUpgrader({ idleTimeout: listen.idleTimeoutSeconds * 1000 });
+  const build = (app: Omit<WorkpullAppOptions, "upgradeWebSocket">) =>
+    buildWorkpullHono({ clientAddress: denoClientAddress, ...app, upgradeWebSocket });
+  const app = build(options);
+  const root = servedRoot("serveDeno", listen, app, options, build);
   const logger = loggerOption("serveDeno", options.logger);
   const loop = new ServeLoop(listen.hostname, listen.port, root.fetch, options.onEvent, logger);
   const { url, workersUrl } = serverUrls(listen.hostname, loop.port, listen.basePath);

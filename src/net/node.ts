@@ -30,17 +30,22 @@ import type { IncomingMessage } from "node:http";
 import { STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
 import { createAdaptorServer } from "@hono/node-server";
-import { Hono } from "hono";
 import { defineWebSocketHelper, WSContext, type WSEvents } from "hono/ws";
 import { type RawData, type WebSocket, WebSocketServer } from "ws";
 import { SUBPROTOCOL } from "../protocol/schemas.ts";
-import { buildWorkpullHono, DEFAULT_MAX_FRAME_BYTES, type WebSocketUpgrader } from "./app.ts";
+import {
+  buildWorkpullHono,
+  DEFAULT_MAX_FRAME_BYTES,
+  type WebSocketUpgrader,
+  type WorkpullAppOptions,
+} from "./app.ts";
 import { guard as guardAs } from "./safety.ts";
 import { type Logger, loggerOption } from "../core/logger.ts";
 import {
   closeOnShutdown,
   idleSeconds,
   listenOptions,
+  servedRoot,
   type ServeOptions,
   serverUrls,
   type WorkpullServer,
@@ -271,8 +276,10 @@ export async function serveNode(options: ServeOptions): Promise<WorkpullServer> 
     maxPayloadLength: Math.max(4 * maxFrameBytes, 1024 * 1024),
     logger,
   });
-  const app = buildWorkpullHono({ ...options, upgradeWebSocket: sockets.upgradeWebSocket });
-  const root = listen.basePath ? new Hono().route(listen.basePath, app) : app;
+  const build = (app: Omit<WorkpullAppOptions, "upgradeWebSocket">) =>
+    buildWorkpullHono({ ...app, upgradeWebSocket: sockets.upgradeWebSocket });
+  const app = build(options);
+  const root = servedRoot("serveNode", listen, app, options, build);
   // overrideGlobalObjects: false: serving must not replace the process's Request and Response.
   const server = createAdaptorServer({ fetch: root.fetch, overrideGlobalObjects: false });
   sockets.injectWebSocket(server, root);

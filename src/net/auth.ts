@@ -238,6 +238,12 @@ export function createAuthenticator(
 /** Check the secrets of `{ secret, keys }` up front, so a bad one fails at construction. */
 function verifierKeys(options: { secret?: TokenSecret; keys?: unknown }): TokenKeys {
   const { secret, keys } = options;
+  if ("secret" in options && secret === undefined && keys === undefined) {
+    throw new TypeError(
+      'Cannot create the workpull app: option "auth.secret" is undefined (an unset environment ' +
+        "variable?); give a secret of at least 32 bytes",
+    );
+  }
   if (secret === undefined && keys === undefined) {
     throw new TypeError(
       'Cannot create the workpull app: option "auth" must be { secret }, { keys } or { authorize }',

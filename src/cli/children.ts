@@ -100,7 +100,7 @@ export class Child {
 
   /** Send `signal` and wait (bounded) until the process is reaped; SIGKILL if it lingers. */
   async stop(signal: "SIGKILL" | "SIGTERM" = "SIGTERM", grace = 15_000): Promise<void> {
-    if (!this.#ended) this.#process.kill(signal);
+    this.#signal(signal);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const lingering = await Promise.race([
       this.exited.then(() => false),
@@ -108,8 +108,18 @@ export class Child {
     ]);
     clearTimeout(timer);
     if (lingering) {
-      this.#process.kill("SIGKILL");
+      this.#signal("SIGKILL");
       await this.exited;
+    }
+  }
+
+  /** Through `process.kill`: Deno's `ChildProcess.kill` refuses a second signal. */
+  #signal(signal: "SIGKILL" | "SIGTERM"): void {
+    if (this.#ended || this.#process.pid === undefined) return;
+    try {
+      process.kill(this.#process.pid, signal);
+    } catch {
+      // Already gone.
     }
   }
 

@@ -1,9 +1,10 @@
 /**
  * workpull on Deno KV: `DenoKvJobStore`, the job store of a `JobQueue` (backlog, job states,
- * retries and dead letters survive a crash), and `DenoKvWorkQueue`, the durable work queue of a
- * plain `WorkPullingController` (every accepted job survives a controller crash). Both take any
- * `Deno.Kv`-shaped handle: `Deno.openKv(path)` on Deno, or `openKv(path)` from npm `@deno/kv` on
- * Node and Bun.
+ * retries and dead letters survive a crash); `DenoKvClusterStore`, its shared mode, for a flow
+ * served by several processes on one KV (leases, takeover of a dead instance's jobs); and
+ * `DenoKvWorkQueue`, the durable work queue of a plain `WorkPullingController` (every accepted
+ * job survives a controller crash). All take any `Deno.Kv`-shaped handle: `Deno.openKv(path)` on
+ * Deno, or `openKv(path)` from npm `@deno/kv` on Node and Bun.
  *
  * @example A controller whose jobs survive a crash
  * ```ts
@@ -35,6 +36,19 @@ export {
   type KvLike,
 } from "./src/queue/deno_kv/queue.ts";
 export { DenoKvJobStore, type DenoKvJobStoreOptions } from "./src/backlog/deno_kv/job_store.ts";
+export {
+  type ClusterAtomicLike,
+  type ClusterKvLike,
+  type ClusterListSelector,
+  type ClusterStoreEventMap,
+  DenoKvClusterStore,
+  type DenoKvClusterStoreOptions,
+  FencedEvent,
+  type InstanceOptions,
+  type Takeover,
+  TakeoverEvent,
+} from "./src/cluster/cluster_store.ts";
+export type { InstanceInfo } from "./src/backlog/job_store.ts";
 export * from "./src/queue/work_queue.ts";
 
 /**

@@ -1,7 +1,7 @@
 /**
  * The workpull benchmark suite (issues #5 and #15): throughput against the per-job and the
  * batched raw WebSocket baselines, the BullMQ and NATS JetStream peers, durable throughput
- * (in-process producer and `POST /jobs`), latency, failover, memory and the browser client's
+ * (in-process producer and `POST /jobs`), the durable backlog (ingest and drain), latency, failover, memory and the browser client's
  * size, each side by side with its baseline, measured in alternating rounds and reported as
  * medians with every round.
  *
@@ -52,13 +52,23 @@ const SCENARIOS = [
   "peer",
   "nats",
   "durable",
+  "backlog",
+  "cluster",
   "latency",
   "failover",
   "memory",
   "size",
 ];
 /** Scenarios that run once per runtime (the others are runtime-independent: run once). */
-const PER_RUNTIME = new Set(["throughput", "durable", "latency", "failover", "memory"]);
+const PER_RUNTIME = new Set([
+  "throughput",
+  "durable",
+  "backlog",
+  "cluster",
+  "latency",
+  "failover",
+  "memory",
+]);
 const RUNTIMES = ["deno", "bun", "node"];
 /** The per-runtime scenarios that also run on Node. */
 const ON_NODE = new Set(["throughput"]);
@@ -86,7 +96,8 @@ const COMMAND: CommandSpec = {
     jobs: {
       kind: "value",
       value: "N",
-      help: "jobs per run of throughput, peer, nats, latency (default 100000; 20000 with --quick)",
+      help:
+        "jobs per run of throughput, peer, nats, latency (default 100000; 20000 with --quick); also backlog when given (default 30000)",
     },
     rounds: {
       kind: "value",
@@ -115,6 +126,10 @@ const COMMAND: CommandSpec = {
     "  nats        NATS JetStream work queue, memory and file storage (needs nats-server and",
     "              node; skipped without them)",
     "  durable     workpull + Deno KV file, in-process producer and POST /jobs, vs raw KV commits",
+    "  backlog     job queue on a Deno KV file: POST /jobs ingest with no worker, then the drain",
+    "              to a worker process, each vs the store's own writes as raw KV commits",
+    "  cluster     1, 2 and 3 instances sharing a flow on one Deno KV file (aggregate",
+    "              throughput), and an instance SIGKILL → takeover → first redelivery (Deno)",
     "  latency     submit → handler start at half the maximum throughput; per runtime",
     "  failover    SIGKILL and SIGSTOP of a worker process; per runtime",
     "  memory      controller heap per pending job (Deno)",
@@ -156,6 +171,11 @@ const config = {
   peer: { jobs, rounds: quick ? 1 : 2, concurrencies: [1, 50] },
   nats: { jobs, rounds: flag("rounds") ? rounds : quick ? 1 : 3 },
   durable: { jobs: quick ? 10_000 : 30_000, singleJobs: quick ? 300 : 1000, rounds: quick ? 2 : 3 },
+  backlog: {
+    jobs: flag("jobs") ? jobs : quick ? 10_000 : 30_000,
+    rounds: flag("rounds") ? rounds : quick ? 2 : 3,
+  },
+  cluster: { jobs: quick ? 5_000 : 20_000, rounds: quick ? 2 : 3, takeoverRounds: quick ? 2 : 3 },
   latency: { maxJobs: jobs, seconds: quick ? 2 : 3, rounds: quick ? 2 : 3 },
   failover: { killRounds: quick ? 3 : 5, silentRounds: quick ? 1 : 3 },
   memory: quick ? [{ pending: 100_000, rounds: 1 }] : [
@@ -219,6 +239,27 @@ async function runHere(): Promise<RuntimeResults> {
     } else {
       results.skipped.durable = "the Deno KV file scenario is Deno's; Bun reaches KV files " +
         "through npm @deno/kv, measured by bench/durable_throughput.ts";
+    }
+  }
+  if (want("backlog")) {
+    if (runtime === "deno") {
+      log(`\n[${runtime}] 3b. backlog: job queue on a Deno KV file, ingest and drain`);
+      const { backlog } = await import("./scenarios/backlog.ts");
+      results.backlog = await measured(
+        "backlog",
+        () => backlog({ ...config.backlog, window: config.window, log }),
+      );
+    } else {
+      results.skipped.backlog = "the Deno KV file scenario is Deno's";
+    }
+  }
+  if (want("cluster")) {
+    if (runtime === "deno") {
+      log(`\n[${runtime}] 3c. cluster: instances sharing a flow on one Deno KV file`);
+      const { cluster } = await import("./scenarios/cluster.ts");
+      results.cluster = await measured("cluster", () => cluster({ ...config.cluster, log }));
+    } else {
+      results.skipped.cluster = "the instances are Deno processes on a Deno KV file";
     }
   }
   if (want("latency")) {

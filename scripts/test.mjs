@@ -28,6 +28,7 @@ const NODE_TESTS = [
   "net_auth.test.ts",
   "net_jobs.test.ts", // job queue routes on Node
   "net_serve_apps.test.ts", // several flows on one port
+  "net_lifecycle.test.ts", // a job that SIGKILLs Node worker processes ends dead
   "net_client.test.ts",
   "net_browser.test.ts", // a browser tab against a Node controller (CI installs Chromium)
   "net_node.test.ts", // what the Node adapter adds to ws

@@ -1,13 +1,20 @@
 /**
- * The backlog of a job queue (in memory, simulated clock): jobs are taken with no worker online,
- * run when workers join, in priority order, never before they are due; the backlog is bounded;
- * a job's state is visible throughout; invalid batches change nothing.
+ * The backlog of a job queue (in memory, simulated clock; one test on the real clock): jobs are
+ * taken with no worker online, run when workers join, in priority order, never before they are
+ * due; the backlog is bounded; a job's state is visible throughout; invalid batches change nothing.
  */
 
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { BacklogFullError } from "../mod.ts";
+import {
+  BacklogFullError,
+  connectInProcess,
+  JobQueue,
+  MemoryJobStore,
+  WorkerEndpoint,
+} from "../mod.ts";
 import { JobSystem } from "./support/job_harness.ts";
+import { waitFor } from "./support/waiting.ts";
 
 describe("backlog", () => {
   test("takes jobs while no worker is online; they run when one joins", async () => {
@@ -81,6 +88,36 @@ describe("backlog", () => {
     assert.ok(at.at >= 2_000 && at.at <= 2_100, `"at" ran at ${at.at} ms`);
     assert.ok(at.later >= 5_000 && at.later <= 5_100, `"later" ran at ${at.later} ms`);
     await s.close();
+  });
+
+  test("on the real clock too, delayed jobs start after their due time, not 100 ms later", async () => {
+    // The store's timer to the next due job, on the wall clock and real timers: nothing polls.
+    const queue = new JobQueue({ name: "jobs", store: new MemoryJobStore() });
+    await queue.start();
+    const started = new Map<string, number>();
+    const worker = new WorkerEndpoint<unknown>({
+      producer: "jobs",
+      name: "w1",
+      handler: ({ messageId }) => void started.set(messageId, Date.now()),
+    });
+    const link = connectInProcess(queue.controller, worker);
+    try {
+      const receipts = await queue.addMany([
+        { payload: 0, messageId: "d150", delay: 150 },
+        { payload: 0, messageId: "d400", delay: 400 },
+        { payload: 0, messageId: "at250", runAt: Date.now() + 250 },
+      ]);
+      await waitFor(() => started.size === 3, "three delayed jobs to start", 10_000);
+      for (const { job } of receipts) {
+        const late = started.get(job.id)! - job.runAt!;
+        assert.ok(late >= 0, `${job.id} started ${-late} ms early`);
+        assert.ok(late <= 100, `${job.id} started ${late} ms late`);
+      }
+    } finally {
+      link.close();
+      await worker.close();
+      await queue.close();
+    }
   });
 
   test("beyond maxBacklog a batch is refused whole; the backlog accepts again once it drains", async () => {

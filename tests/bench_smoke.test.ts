@@ -1,7 +1,8 @@
 /**
  * The benchmark suite's own smoke tests, through `bench/run.ts` as a user runs it: its command
  * line (`--help` prints the usage and writes nothing; an unknown flag or scenario is an error
- * that names it and writes nothing), the batched raw WebSocket baseline beside workpull, and the
+ * that names it and writes nothing), the batched raw WebSocket baseline beside workpull, the
+ * backlog scenario (ingest and drain on a KV file), and the
  * NATS JetStream peer with tiny numbers — every job acked, every figure above zero — so that CI
  * proves the peer works. These measure nothing: speed figures come from full runs only.
  *
@@ -78,7 +79,17 @@ test("bench/run.ts --help prints every flag and scenario and writes nothing", {
       for (const word of ["--scenarios", "--runtimes", "--jobs", "--rounds", "--quick"]) {
         assert.match(result.stdout, new RegExp(word), `usage lists ${word}`);
       }
-      for (const scenario of ["throughput", "peer", "nats", "durable", "latency", "failover"]) {
+      for (
+        const scenario of [
+          "throughput",
+          "peer",
+          "nats",
+          "durable",
+          "cluster",
+          "latency",
+          "failover",
+        ]
+      ) {
         assert.match(result.stdout, new RegExp(`\\b${scenario}\\b`), `usage lists ${scenario}`);
       }
       assert.doesNotMatch(result.stdout, /workpull benchmarks on/, "no scenario started");
@@ -129,6 +140,25 @@ test("the batched raw WebSocket baseline runs beside workpull and the per-job ba
     assert.ok(
       results.targets.some((t: { target: string }) => /batched raw WebSocket limit/.test(t.target)),
     );
+  });
+});
+
+test("the backlog scenario ingests over POST /jobs and drains to a worker, beside raw KV", {
+  skip: bunSkip,
+  timeout: 240_000,
+}, async () => {
+  await withTempDir(async (out) => {
+    const file = join(out, "results.json");
+    const args = ["--scenarios=backlog", "--runtimes=deno", `--jobs=${JOBS}`, "--rounds=1"];
+    const result = await runSuite([...args, `--json=${file}`], 200_000);
+    assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+    const backlog = JSON.parse(readFileSync(file, "utf8")).runtimes.deno.backlog;
+    assert.equal(backlog.jobs, JOBS);
+    for (const series of ["ingest", "rawIngest", "drain", "rawDrain"]) {
+      assert.equal(backlog[series].samples.length, 1, series);
+      assert.ok(backlog[series].median > 0, `${series}: jobs/s above zero`);
+    }
+    assert.equal(backlog.ratios.drain.length, 1, "every round's ratio is recorded");
   });
 });
 

@@ -210,4 +210,64 @@ describe("job lifecycle", () => {
     assert.equal(s.runs.length, 3, "lost twice without using its one try, the third loss ends it");
     await s.close();
   });
+
+  test("lost workers count across tries: lostLimit + attempts losses end a job that kills every worker", async () => {
+    const s = new JobSystem({
+      defaults: { attempts: 2, lostLimit: 1, backoff: { type: "fixed", delay: 10 } },
+    });
+    await s.queue.start();
+    let n = 0;
+    const spawn = () =>
+      s.worker(`w${++n}`, ({ messageId }) => {
+        if (messageId !== "killer") return;
+        const name = `w${n}`;
+        queueMicrotask(() => s.crash(name));
+        return new Promise(() => {});
+      });
+    spawn();
+    await s.queue.add(0, { messageId: "killer" });
+    for (let i = 0; i < 6 && (await s.state("killer")) !== "dead"; i++) {
+      await s.until(() => s.runs.length === i + 1, `run ${i + 1}`);
+      await s.run(100);
+      spawn();
+    }
+    const job = await s.queue.get("killer");
+    assert.deepEqual([job?.state, job?.attempts], ["dead", 2]);
+    assert.equal(s.runs.length, 3, "one free loss, then each loss fails a try: 1 + 2");
+    await s.close();
+  });
+
+  test("a job that finished just before its worker was lost is not blamed twice for the loss", async () => {
+    // The worker holds its confirmation of "good" for its ack delay while "killer" starts and
+    // kills it, so the first loss is charged to "good", the oldest unconfirmed job. Both come
+    // back marked confirmFirst: the next worker confirms "good" before starting "killer", so
+    // every later loss is charged to "killer" and "good" completes on its first try.
+    const s = new JobSystem({ defaults: { attempts: 1, lostLimit: 1 } });
+    await s.queue.start();
+    let n = 0;
+    const spawn = () =>
+      s.worker(`w${++n}`, ({ messageId }) => {
+        if (messageId !== "killer") return;
+        const name = `w${n}`;
+        queueMicrotask(() => s.crash(name));
+        return new Promise(() => {});
+      });
+    spawn();
+    await s.queue.addMany([{ payload: 0, messageId: "good" }, { payload: 0, messageId: "killer" }]);
+    for (let i = 0; i < 6 && (await s.state("killer")) !== "dead"; i++) {
+      await s.until(
+        () => s.runs.some((run, k) => k >= i && run.messageId === "killer"),
+        `killer run ${i + 1}`,
+      );
+      await s.run(100);
+      spawn();
+    }
+    await s.until(async () => (await s.state("good")) === "completed", "good completed");
+    const good = await s.queue.get("good");
+    assert.deepEqual([good?.state, good?.attempts, good?.error], ["completed", 1, undefined]);
+    assert.equal((await s.queue.get("killer"))?.state, "dead");
+    const killerRuns = s.runs.filter((run) => run.messageId === "killer").length;
+    assert.equal(killerRuns, 3, "one loss blamed on good, then one free and one fatal for killer");
+    await s.close();
+  });
 });

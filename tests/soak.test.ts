@@ -2,7 +2,9 @@
  * The chaos soak, for one minute at 300 jobs/s (`tools/soak/main.ts`): a controller process on a
  * Deno KV file, two Deno and two Bun worker processes behind TCP proxies, a producer process over
  * `POST /jobs`, and seeded faults every 1–5 s. It must lose nothing, drain, crash nothing, inject
- * every kind of fault, and leave no duplicate that a fault does not explain.
+ * every kind of fault, and leave no duplicate that a fault does not explain. Then the same for
+ * 45 s at 200 jobs/s with three instances sharing the flow on the KV file (`--instances 3`),
+ * whose faults include instance kills and stops.
  *
  * Runs under `deno test` only: the soak is a Deno program that starts its own Bun workers. The
  * soak runs in its own process group, so that whatever happens every process it started is
@@ -16,18 +18,43 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
-import { FAULT_KINDS } from "../tools/soak/records.ts";
+import { FAULT_KINDS, type FaultKind, SHARED_FAULT_KINDS } from "../tools/soak/records.ts";
 import type { Summary } from "../tools/soak/summary.ts";
 import { within } from "./support/waiting.ts";
 
 const root = new URL("..", import.meta.url).pathname;
-const RATE = 300;
+const skip = "Deno" in globalThis
+  ? false
+  : "runs under deno test only: the soak is a Deno program and starts its own Bun workers";
 
-test("a one-minute chaos soak loses nothing and has no avoidable duplicate", {
-  skip: "Deno" in globalThis
-    ? false
-    : "runs under deno test only: the soak is a Deno program and starts its own Bun workers",
-}, async () => {
+test(
+  "a one-minute chaos soak loses nothing and has no avoidable duplicate",
+  { skip },
+  () => soak({ minutes: 1, rate: 300, flags: [], kinds: FAULT_KINDS }),
+);
+
+test(
+  "a chaos soak of three instances sharing a flow loses nothing and has no avoidable duplicate",
+  {
+    skip,
+  },
+  () =>
+    soak({
+      minutes: 0.75,
+      rate: 200,
+      flags: ["--instances", "3"],
+      kinds: SHARED_FAULT_KINDS,
+    }),
+);
+
+async function soak(
+  { minutes, rate, flags, kinds }: {
+    minutes: number;
+    rate: number;
+    flags: string[];
+    kinds: readonly FaultKind[];
+  },
+): Promise<void> {
   const out = mkdtempSync(join(tmpdir(), "workpull-soak-test-"));
   const soak = spawn(Deno.execPath(), [
     "run",
@@ -35,11 +62,12 @@ test("a one-minute chaos soak loses nothing and has no avoidable duplicate", {
     "--unstable-kv",
     "tools/soak/main.ts",
     "--minutes",
-    "1",
+    String(minutes),
     "--rate",
-    String(RATE),
+    String(rate),
     "--seed",
     "1",
+    ...flags,
     "--out",
     out,
   ], { cwd: root, detached: true, stdio: ["ignore", "pipe", "pipe"] });
@@ -49,16 +77,16 @@ test("a one-minute chaos soak loses nothing and has no avoidable duplicate", {
   soak.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
   const exited = new Promise<number | null>((resolve) => soak.on("exit", (code) => resolve(code)));
   try {
-    const code = await within(exited, "the one-minute soak to finish", 4 * 60_000);
+    const code = await within(exited, "the soak to finish", 4 * 60_000);
     assert.ok(existsSync(join(out, "summary.json")), `no summary.json\n${stdout}\n${stderr}`);
     const summary: Summary = JSON.parse(readFileSync(join(out, "summary.json"), "utf8"));
     const context = `${stdout}\n${stderr.split("\n").slice(-30).join("\n")}`;
-    assert.ok(summary.accepted >= RATE * 60 * 0.8, `too few jobs accepted\n${context}`);
+    assert.ok(summary.accepted >= rate * minutes * 60 * 0.8, `too few jobs accepted\n${context}`);
     assert.equal(summary.lost, 0, `lost ${summary.lostExamples.join(", ")}\n${context}`);
     assert.equal(summary.ran, summary.accepted);
     assert.equal(summary.drain.complete, true, context);
     assert.deepEqual(summary.crashes, [], context);
-    for (const kind of FAULT_KINDS) {
+    for (const kind of kinds) {
       assert.ok(summary.faults.byKind[kind] > 0, `no ${kind} fault\n${context}`);
     }
     assert.ok(summary.restarts.count > 0 && summary.restarts.withoutDelivery === 0, context);
@@ -78,4 +106,4 @@ test("a one-minute chaos soak loses nothing and has no avoidable duplicate", {
     await within(exited, "the soak to be reaped");
     rmSync(out, { recursive: true, force: true });
   }
-});
+}

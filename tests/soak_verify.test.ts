@@ -303,3 +303,140 @@ test("the soak's verifier finds the lost job and tells each kind of duplicate ap
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+/**
+ * Instances of a shared flow (`--instances`): i1 (pid 401, session s1) delivers to w1 (pid 501),
+ * i2 (pid 402, session s2) to w2 (pid 502). i1 is SIGSTOPped from 10,000 to 15,000 and i2 takes
+ * it over at 13,200; at its SIGCONT i1 is fenced and exits (code 4). Meanwhile w1, not stopped,
+ * finishes j2 (confirmation sent at 10,030, unread by the stopped i1) and is killed at 11,000
+ * while running j3; j4's confirmation was written by i1's commit at 6,000 long before. All three
+ * run again on w2 after the takeover. i2 is then SIGKILLed at 20,000 while w2 runs j5; i3 (pid
+ * 403) takes it over at 22,500 and w2 runs j5 again through i3.
+ */
+function writeSharedStory(j: Journals): void {
+  const spawn = (role: string, name: string, pid: number, t: number) =>
+    j.soak({ ev: "spawn", role, name, runtime: "deno", pid, t });
+  j.soak({ ev: "phase", phase: "start", t: 0 });
+  for (
+    const [name, pid, session, id] of [
+      ["i1", 401, "s1", "id1"],
+      ["i2", 402, "s2", "id2"],
+      ["i3", 403, "s3", "id3"],
+    ] as const
+  ) {
+    spawn("controller", name, pid, 0);
+    j.controller(pid, { ev: "ready", session, name, instance: id, loaded: 0, t: 100 });
+  }
+  spawn("worker", "w1", 501, 50);
+  spawn("worker", "w2", 502, 50);
+  j.attach("w1", 501, 200, "s1", "b1");
+  j.attach("w2", 502, 200, "s2", "b1");
+  j.producer({ ev: "send", from: 1, to: 5, attempt: 1, t: 300 });
+  j.producer({ ev: "ack", from: 1, to: 5, t: 500 });
+
+  j.run("w1", 501, "w1", "b1", 1, 1000, 1010);
+  j.run("w1", 501, "w1", "b1", 4, 5000, 5010);
+  j.worker("w1", 501, { ev: "sent", ep: "w1", c: 4, t: 5020 });
+  j.controller(401, { ev: "confirmed", id: "j4", t: 5999 });
+  j.controller(401, {
+    ev: "commit",
+    s: 6000,
+    e: 6002,
+    stores: 0,
+    accepts: 0,
+    confirms: 1,
+    full: false,
+  });
+  j.soak({ ev: "fault", kind: "instance-stop", target: "i1", pid: 401, t: 10_000, ms: 5000 });
+  j.run("w1", 501, "w1", "b1", 2, 10_010, 10_020, 5);
+  j.worker("w1", 501, { ev: "sent", ep: "w1", c: 5, t: 10_030 });
+  j.run("w1", 501, "w1", "b1", 3, 10_900, undefined, 6);
+  j.soak({ ev: "fault", kind: "worker-kill", target: "w1", pid: 501, t: 11_000 });
+  j.soak({
+    ev: "exit",
+    role: "worker",
+    name: "w1",
+    pid: 501,
+    code: null,
+    signal: "SIGKILL",
+    expected: true,
+    t: 11_005,
+  });
+  j.controller(402, { ev: "takeover", of: "id1", jobs: 3, expiredAt: 13_000, t: 13_200 });
+  j.run("w2", 502, "w2", "b1", 2, 13_300, 13_310);
+  j.run("w2", 502, "w2", "b1", 3, 13_310, 13_320);
+  j.run("w2", 502, "w2", "b1", 4, 13_320, 13_330);
+  j.soak({ ev: "cont", name: "i1", pid: 401, t: 15_000 });
+  j.controller(401, { ev: "fenced", t: 15_002 });
+  j.soak({
+    ev: "exit",
+    role: "controller",
+    name: "i1",
+    pid: 401,
+    code: 4,
+    signal: null,
+    expected: true,
+    t: 15_010,
+  });
+
+  j.run("w2", 502, "w2", "b1", 5, 19_990);
+  j.soak({ ev: "fault", kind: "instance-kill", target: "i2", pid: 402, t: 20_000 });
+  j.soak({
+    ev: "exit",
+    role: "controller",
+    name: "i2",
+    pid: 402,
+    code: null,
+    signal: "SIGKILL",
+    expected: true,
+    t: 20_005,
+  });
+  j.controller(403, { ev: "takeover", of: "id2", jobs: 1, expiredAt: 22_000, t: 22_500 });
+  j.worker("w2", 502, { ev: "disconnected", ep: "w2", code: 1006, t: 20_010 });
+  j.attach("w2", 502, 20_300, "s3", "b1");
+  j.run("w2", 502, "w2", "b1", 5, 22_600, 22_610);
+}
+
+test("the verifier excuses what an instance's stop or kill explains, and only that", () => {
+  const dir = mkdtempSync(join(tmpdir(), "workpull-soak-verify-"));
+  try {
+    const journals = new Journals(dir);
+    writeSharedStory(journals);
+    const summary = verify(journals.paths, {
+      settings: {
+        minutes: 1,
+        rate: 1,
+        seed: 1,
+        workers: [],
+        ackDelayMs: 10,
+        reconnectGraceMs: 1000,
+        drainDeadlineS: 60,
+        instances: 3,
+        leaseMs: 3000,
+      },
+      drain: { complete: true, remaining: 0, ms: 0 },
+    });
+    assert.equal(summary.lost, 0);
+    const { byFault: _, ...causes } = summary.duplicates;
+    assert.deepEqual(causes, {
+      total: 4,
+      running: 2, // j3 (its worker killed mid-run), j5 (its instance killed mid-run)
+      "ack-delay": 0,
+      "unconfirmed-at-controller-kill": 1, // j2: sent while i1 was stopped
+      avoidable: 1, // j4: i1 wrote its confirmation at 6,000, yet it ran again
+    });
+    assert.deepEqual(
+      summary.instances && {
+        takeovers: summary.instances.takeovers,
+        fenced: summary.instances.fenced,
+        worst: summary.instances.worstTakeoverMs,
+        stopsTakenOver: summary.instances.stopsTakenOver,
+      },
+      { takeovers: 2, fenced: 1, worst: 2500, stopsTakenOver: 1 },
+    );
+    assert.deepEqual(summary.crashes, []);
+    assert.match(summaryLine(summary), /instance-kill 1, instance-stop 1, .*kill→takeover 2500 ms/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -8,6 +8,8 @@
 
 import type { ClientSizeResult } from "../scenarios/client_size.ts";
 import type { DurableResult } from "../scenarios/durable.ts";
+import type { BacklogResult } from "../scenarios/backlog.ts";
+import type { ClusterResult } from "../scenarios/cluster.ts";
 import type { FailoverResult } from "../scenarios/failover.ts";
 import type { LatencyResult } from "../scenarios/latency.ts";
 import type { NatsPeerResult } from "../scenarios/nats_peer.ts";
@@ -35,6 +37,8 @@ export interface MemoryResult {
 export interface RuntimeResults {
   throughput?: ThroughputResult;
   durable?: DurableResult;
+  backlog?: BacklogResult;
+  cluster?: ClusterResult;
   latency?: LatencyResult;
   failover?: FailoverResult;
   memory?: MemoryResult;
@@ -115,6 +119,23 @@ export function targets(results: Results): Target[] {
         n0(durable.rawSingle.median)
       })`,
       met: durable.endToEnd.median >= 10_000,
+    });
+  }
+  const backlog = results.runtimes.deno?.backlog;
+  if (backlog) {
+    out.push({
+      target: "Backlog ingest over POST /jobs (batches of 100, Deno KV file) >= 30,000 jobs/s",
+      measured: `${n0(backlog.ingest.median)} jobs/s (raw KV, same writes: ${
+        n0(backlog.rawIngest.median)
+      })`,
+      met: backlog.ingest.median >= 30_000,
+    });
+    out.push({
+      target: "Backlog drain to workers (Deno KV file) >= 20,000 jobs/s",
+      measured: `${n0(backlog.drain.median)} jobs/s (raw KV, same writes: ${
+        n0(backlog.rawDrain.median)
+      })`,
+      met: backlog.drain.median >= 20_000,
     });
   }
   for (const [name, r] of runtimes) {
@@ -198,6 +219,43 @@ function headline(results: Results): string[][] {
           x(r.durable.remote.median / r.durable.rawBatch.median),
         ]);
       }
+    }
+    if (r.backlog) {
+      const b = r.backlog;
+      rows.push([
+        `Backlog ingest, POST /jobs (batches of ${b.ingestProducer.batch}) into a Deno KV file, no worker, ${label}`,
+        `${n0(b.ingest.median)} jobs/s`,
+        `raw KV, the store's writes, 100 jobs per commit: ${n0(b.rawIngest.median)} jobs/s`,
+        x(b.ingest.median / b.rawIngest.median),
+      ]);
+      rows.push([
+        `Backlog drain, Deno KV file → 1 worker process × 4, ${label}`,
+        `${n0(b.drain.median)} jobs/s`,
+        `raw KV, the store's writes, 100 jobs per commit: ${n0(b.rawDrain.median)} jobs/s`,
+        x(b.drain.median / b.rawDrain.median),
+      ]);
+    }
+    if (r.cluster) {
+      const [one, ...more] = r.cluster.throughput;
+      for (const t of more) {
+        rows.push([
+          `Shared flow on one Deno KV file, ${t.instances} instances × ${r.cluster.endpointsPerInstance} endpoints, ${label}`,
+          `${n0(t.median)} jobs/s`,
+          `1 instance ${n0(one.median)} jobs/s`,
+          x(t.median / one.median),
+        ]);
+      }
+      const k = r.cluster.takeover.median;
+      rows.push([
+        `Instance SIGKILLed holding ${k.jobs} jobs, lease ${
+          ms(r.cluster.takeover.leaseTtl, 0)
+        } renewed every ${ms(r.cluster.takeover.renewInterval, 0)}, ${label}`,
+        `taken over ${ms(k.takeover, 0)}, first redelivery ${ms(k.firstRedelivery, 0)}, all done ${
+          ms(k.allDone, 0)
+        }`,
+        "",
+        "",
+      ]);
     }
     if (r.latency) {
       const m = r.latency.median;
@@ -502,6 +560,69 @@ function details(results: Results): string[] {
         "",
       );
     }
+    if (r.backlog) {
+      const b = r.backlog;
+      const row = (name: string, series: { median: number; samples: number[] }) => [
+        name,
+        n0(series.median),
+        series.samples.map(n0).join(", "),
+      ];
+      out.push(
+        `### Backlog: a job queue on a Deno KV file (${b.runtime})`,
+        "",
+        `A \`JobQueue\` on a \`DenoKvJobStore\` in a fresh file per round, ${
+          n0(b.jobs)
+        } jobs. Ingest: another ${b.runtime} process posts them to \`POST /jobs\` with a client token, ${b.ingestProducer.batch} jobs per request, ${b.ingestProducer.concurrency} requests in flight, no worker connected; timed from its first request to the last answer (each answer means the jobs are committed). Drain: then one worker process with 4 endpoints (window 100, no-op handler) joins; timed from the first endpoint bound to the last try stored as completed. The raw KV baselines do the store's own writes for the same jobs with KV atomics, 100 jobs per commit, each commit fenced by the epoch: record and payload (ingest); record taken, then moved to the finished keys and the payload deleted (drain). ${b.rounds} alternating rounds. Per round, ingest / raw: ${
+          b.ratios.ingest.map((v) => v.toFixed(2)).join(", ")
+        }; drain / raw: ${b.ratios.drain.map((v) => v.toFixed(2)).join(", ")}.`,
+        "",
+        markdownTable(["Run", "jobs/s (median)", "rounds"], [
+          row("ingest over POST /jobs", b.ingest),
+          row("raw KV, ingest writes", b.rawIngest),
+          row("drain to 1 worker process × 4", b.drain),
+          row("raw KV, drain writes", b.rawDrain),
+        ]),
+        "",
+      );
+    }
+    if (r.cluster) {
+      const c = r.cluster;
+      out.push(
+        `### Shared flow: several instances on one Deno KV file (${c.runtime})`,
+        "",
+        `Instance processes with \`DenoKvClusterStore\` on one fresh KV file per run, each with ${c.endpointsPerInstance} in-process endpoints (window ${c.window}, no-op handler); the shared backlog is filled with ${
+          n0(c.jobs)
+        } jobs first, timed from \`go\` to the last completion; 1, 2 and 3 instances in ${c.rounds} alternating rounds. Takeover: a victim instance holding ${c.takeover.median.jobs} jobs it never finishes is SIGKILLed; two survivors wait with idle workers; lease ${
+          ms(c.takeover.leaseTtl, 0)
+        }, renewed every ${ms(c.takeover.renewInterval, 0)}.`,
+        "",
+        markdownTable(
+          ["Instances", "jobs/s (median)", "rounds"],
+          c.throughput.map((
+            t,
+          ) => [String(t.instances), n0(t.median), t.samples.map(n0).join(", ")]),
+        ),
+        "",
+        markdownTable(
+          ["Round", "taken over", "first redelivery", "all done"],
+          [
+            ...c.takeover.samples.map((s, i) => [
+              String(i + 1),
+              ms(s.takeover, 0),
+              ms(s.firstRedelivery, 0),
+              ms(s.allDone, 0),
+            ]),
+            [
+              "median",
+              ms(c.takeover.median.takeover, 0),
+              ms(c.takeover.median.firstRedelivery, 0),
+              ms(c.takeover.median.allDone, 0),
+            ],
+          ],
+        ),
+        "",
+      );
+    }
     if (r.latency) {
       const l = r.latency;
       out.push(
@@ -729,6 +850,21 @@ export function readmeSection(results: Results): string {
         x(d.remote.median / d.rawBatch.median),
       ]);
     }
+  }
+  if (deno?.backlog) {
+    const b = deno.backlog;
+    rows.push([
+      `Backlog ingest: \`POST /jobs\` (batches of ${b.ingestProducer.batch}) into a Deno KV file, no worker, Deno`,
+      `${n0(b.ingest.median)} jobs/s`,
+      `raw KV commits of the same writes, 100 jobs per commit: ${n0(b.rawIngest.median)} jobs/s`,
+      x(b.ingest.median / b.rawIngest.median),
+    ]);
+    rows.push([
+      "Backlog drain: Deno KV file → 1 worker process × 4 endpoints, Deno",
+      `${n0(b.drain.median)} jobs/s`,
+      `raw KV commits of the same writes, 100 jobs per commit: ${n0(b.rawDrain.median)} jobs/s`,
+      x(b.drain.median / b.rawDrain.median),
+    ]);
   }
   for (const c of natsComparisons(results)) {
     rows.push([c.measure, c.workpull ? `${n0(c.workpull)} jobs/s` : "", c.peer, c.ratio]);

@@ -152,6 +152,7 @@ export class BacklogProducer implements ProducerEndpoint {
         payload: JsonText.fromStored(job.payload),
         attempt: job.attempt,
         timeout: job.timeout,
+        ...(job.lost ? { lost: job.lost } : {}),
       })),
     };
     this.#grant = undefined;

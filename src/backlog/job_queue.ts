@@ -30,6 +30,7 @@ import type {
   BacklogCounts,
   DeadLetterPage,
   EnqueueResult,
+  InstanceInfo,
   JobStore,
   NewJob,
 } from "./job_store.ts";
@@ -197,6 +198,12 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
     store.listen({
       ready: () => this.#producer.ready(),
       changed: (job, previous) => this.#changed(job, previous),
+      // A store shared by several instances reports this instance's figures in its registry,
+      // passes on cancel requests from other instances, and stops the controller once another
+      // process took this instance over.
+      stats: () => this.controller.stats(),
+      cancelRequested: (id) => void this.controller.cancel(id),
+      fenced: (error) => this.controller.fail(error, "lease"),
     });
     this.controller.addEventListener("progress", (event) => {
       this.#progress.set(event.messageId, event.value);
@@ -297,10 +304,19 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
     return { ...this.controller.stats(), backlog: this.store.counts() };
   }
 
+  /**
+   * Every instance of the flow, when its store is shared by several processes
+   * (`DenoKvClusterStore`); undefined for a store of one process.
+   */
+  async instances(): Promise<readonly InstanceInfo[] | undefined> {
+    return await this.store.instances?.();
+  }
+
   /** Stop gracefully: no new tries, running ones finish and are written (see the controller). */
   async drain(timeout?: number): Promise<void> {
     this.#producer.close();
     await this.controller.drain(timeout);
+    await this.#leave();
     this.store.close();
   }
 
@@ -308,7 +324,18 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
   async close(): Promise<void> {
     this.#producer.close();
     await this.controller.close();
+    await this.#leave();
     this.store.close();
+  }
+
+  /** A shared store hands what this instance still holds back to the other instances. */
+  async #leave(): Promise<void> {
+    try {
+      await this.store.leave?.();
+    } catch (error) {
+      // Not fatal: the instance's lease lapses and another instance takes its jobs over.
+      console.error("workpull: leaving the shared flow failed", error);
+    }
   }
 
   /** Same as {@linkcode JobQueue.close}. */

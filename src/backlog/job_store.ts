@@ -21,6 +21,7 @@ import type { JobInfo, JobOutcome, JobRecord } from "../lifecycle/job_record.ts"
 import type { JobPlan, ResolvedDefaults } from "../lifecycle/job_options.ts";
 import type { DurableWorkQueue } from "../queue/work_queue.ts";
 import type { Clock } from "../core/clock.ts";
+import type { ControllerStats } from "../controller/controller.ts";
 
 /** A job to add to the backlog. */
 export interface NewJob {
@@ -50,6 +51,8 @@ export interface ReadyJob {
   readonly attempt: number;
   /** How long the try may take, ms (0 = no limit). */
   readonly timeout: number;
+  /** Workers lost while running it in earlier tries (absent: none). */
+  readonly lost?: number;
 }
 
 /** A page of dead letters, oldest death first. */
@@ -80,6 +83,48 @@ export interface JobStoreListener {
   ready(): void;
   /** A job moved (after the write is durable). */
   changed(job: JobInfo, previous: JobRecord["state"] | undefined): void;
+  /** Optional, for a store shared by several instances: the owner's controller figures. */
+  stats?(): ControllerStats;
+  /**
+   * Optional, for a shared store: another instance asked to cancel a job this instance holds
+   * (the owner's controller cancels it).
+   */
+  cancelRequested?(id: string): void;
+  /**
+   * Optional, for a shared store: another process took this instance over (its lease had
+   * lapsed); every write of this instance now fails until it loads again, so the owner stops.
+   */
+  fenced?(error: Error): void;
+}
+
+/** One instance of a flow that several processes share (see `DenoKvClusterStore`). */
+export interface InstanceInfo {
+  /** The instance's id. */
+  readonly id: string;
+  /** Where it serves, as it was configured. */
+  readonly address?: string;
+  /** Its current epoch. */
+  readonly epoch: number;
+  /** When its lease lapses, epoch ms (on its own clock). */
+  readonly expiresAt: number;
+  /** When it last renewed its lease, epoch ms. */
+  readonly heartbeat: number;
+  /** When it loaded, epoch ms. */
+  readonly startedAt: number;
+  /** Worker endpoints connected to it. */
+  readonly workers: number;
+  /** Jobs at its workers, not yet confirmed. */
+  readonly inFlight: number;
+  /** Jobs in its controller's pool. */
+  readonly pending: number;
+  /** Jobs it holds (claimed from the backlog, or trying). */
+  readonly claimed: number;
+  /** The instance taking it over (its lease lapsed), while that happens. */
+  readonly takenOverBy?: string;
+  /** Whether its lease has not lapsed (on the reader's clock). */
+  readonly live: boolean;
+  /** Whether it is the instance that answered. */
+  readonly self: boolean;
 }
 
 /** The lifecycle settings a store applies. */
@@ -160,6 +205,13 @@ export interface JobStore extends DurableWorkQueue {
   deleteDead(id: string): Promise<boolean>;
   /** How many jobs are where. */
   counts(): BacklogCounts;
+  /** Optional, for a store shared by several instances: every instance of the flow. */
+  instances?(): Promise<readonly InstanceInfo[]>;
+  /**
+   * Optional, for a shared store: hand what this instance holds back to the shared backlog and
+   * leave the flow now, rather than when its lease lapses.
+   */
+  leave?(): Promise<void>;
   /** Stop timers and drop listeners (the store's data stays). */
   close(): void;
 }

@@ -302,6 +302,7 @@ export class JobStoreEngine implements JobStore {
           payload: this.#payloads.get(entry.id)!,
           attempt: record.attempts + 1,
           timeout: tryTimeout(record, this.settings.defaults),
+          ...(record.lost ? { lost: record.lost } : {}),
         });
       }
       this.#arm();
@@ -413,6 +414,7 @@ export class JobStoreEngine implements JobStore {
           payload: this.#payloads.get(messageId)!,
           attempt: record.attempts,
           timeout: tryTimeout(record, this.settings.defaults),
+          ...(record.lost ? { lost: record.lost } : {}),
         });
       }
       unconfirmed.sort((a, b) => a.seq - b.seq);

@@ -23,8 +23,14 @@ export interface Job {
   readonly attempt?: number;
   /** How long the try may take, ms (0 or absent: no limit). */
   readonly timeout?: number;
-  /** Times a worker was lost while this job was its oldest unconfirmed one. */
+  /** Times a worker was lost while this job was its oldest unconfirmed one (across tries). */
   lost?: number;
+  /**
+   * The job may have been running when a worker was lost: the next worker confirms what it
+   * finished before starting it (protocol: `confirmFirst`), so that a loss while it runs is
+   * charged to it and not to a job that finished just before.
+   */
+  confirmFirst?: boolean;
   /** Cancelled while at a worker: whatever the worker reports, the try ends as cancelled. */
   cancelled?: boolean;
 }

@@ -164,6 +164,8 @@ export interface ControllerStats {
 interface Tries {
   readonly attempt?: number;
   readonly timeout?: number;
+  readonly lost?: number;
+  readonly confirmFirst?: boolean;
 }
 
 type Handshake =
@@ -411,6 +413,17 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   }
 
   /**
+   * Stop with a terminal failure found outside the controller: a job store shared by several
+   * instances that learned another process took this instance over (`stage` "lease"). As when a
+   * durable write is fenced: one `delivery-failed` event, then `failed` until `respawn()`.
+   */
+  fail(error: unknown, stage: FailureStage = "lease"): void {
+    this.#post(() => {
+      if (this.#state === "running" || this.#state === "loading") this.#fail(stage, error);
+    });
+  }
+
+  /**
    * Attach a worker link. The transport feeds the returned receiver with the link's frames and
    * its closure. `identity` is what the edge authenticated (a registration for another worker
    * name is refused).
@@ -549,8 +562,9 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     // Recent completions the queue kept: a resubmission of one keeps its sequence and does not
     // run again, across a restart too.
     for (const { messageId, seq } of recentlyCompleted ?? []) this.#completed.set(messageId, seq);
-    for (const { messageId, seq, payload, attempt, timeout } of unconfirmed) {
+    for (const { messageId, seq, payload, attempt, timeout, lost } of unconfirmed) {
       const job: Job = { messageId, storeSeq: seq, payload, attempt, timeout };
+      if (lost) Object.assign(job, { lost, confirmFirst: true });
       this.#pending.pushBack(job);
       this.#owned.set(messageId, job);
     }
@@ -927,7 +941,10 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
           : last && i === done.length - 1
           ? last
           : binding.completion;
-        if (outcome.kind === "failed") this.#totals.failed += 1;
+        if (outcome.kind === "failed") {
+          this.#totals.failed += 1;
+          if (job.lost) outcome = { ...outcome, lost: job.lost }; // carried to the next try
+        }
         this.#lane!.confirmWith(job.messageId, outcome);
       }
       if (!outcome || outcome.kind === "completed") {
@@ -1070,11 +1087,15 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
    */
   #triage(binding: Binding, jobs: readonly Job[], reason: UnbindReason): Job[] {
     const requeue: Job[] = [];
+    const lost = LOST_REASONS.has(reason);
     for (let i = 0; i < jobs.length; i++) {
       const job = jobs[i];
+      // A worker confirms within its ack delay, so the job it was running may be one after the
+      // oldest unconfirmed one: the next worker confirms before starting any of them.
+      if (lost) job.confirmFirst = true;
       let outcome: JobOutcome | undefined;
       if (job.cancelled) outcome = { kind: "cancelled", worker: binding.worker };
-      else if (i === 0 && LOST_REASONS.has(reason)) {
+      else if (i === 0 && lost) {
         job.lost = (job.lost ?? 0) + 1;
         if (job.lost > this.#options.lostLimit) {
           const message = `its worker was lost ${job.lost} times while running it (${reason})`;
@@ -1082,6 +1103,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
             kind: "failed",
             worker: binding.worker,
             error: { name: "WorkerLostError", message },
+            lost: job.lost,
           };
           this.#totals.failed += 1;
         }
@@ -1258,7 +1280,9 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
       unknown.push({ messageId, payload: texts[i] });
     }
     const tries = jobs.some((job) => job.attempt !== undefined || job.timeout !== undefined)
-      ? jobs.map(({ attempt, timeout }) => ({ attempt, timeout }))
+      ? jobs.map(({ attempt, timeout, lost }): Tries =>
+        lost ? { attempt, timeout, lost, confirmFirst: true } : { attempt, timeout }
+      )
       : undefined;
     this.#handshake = { phase: "store", token: message.token, ids, known, tries, accept };
     if (this.#lane && unknown.length > 0) {

@@ -7,7 +7,7 @@
  */
 
 /** Where a terminal failure happened. */
-export type FailureStage = "load" | "store" | "accept" | "confirm" | "protocol";
+export type FailureStage = "load" | "store" | "accept" | "confirm" | "protocol" | "lease";
 
 /** Which side's controller failed. */
 export type ControllerRole = "producer" | "consumer";

@@ -49,8 +49,16 @@ export interface JobError {
 export type JobOutcome =
   /** The handler resolved; `result` is its value as JSON text, when it returned one. */
   | { readonly kind: "completed"; readonly worker?: string; readonly result?: string }
-  /** The handler rejected, timed out, or the job lost its worker too often. */
-  | { readonly kind: "failed"; readonly worker?: string; readonly error: JobError }
+  /**
+   * The handler rejected, timed out, or the job lost its worker too often. `lost` is how many
+   * workers were lost while running the job so far (it carries over to the next try).
+   */
+  | {
+    readonly kind: "failed";
+    readonly worker?: string;
+    readonly error: JobError;
+    readonly lost?: number;
+  }
   /** The job was cancelled while it was active. */
   | { readonly kind: "cancelled"; readonly worker?: string };
 
@@ -84,6 +92,8 @@ export interface JobRecord {
   readonly result?: string;
   /** The last try's error. */
   readonly error?: JobError;
+  /** Workers lost while running it, across its tries (see `LifecycleDefaults.lostLimit`). */
+  readonly lost?: number;
 }
 
 /** A job as `GET /jobs/:id` and `JobQueue.get` show it. */
@@ -181,20 +191,23 @@ export function finishTry(
     case "cancelled":
       return { ...base, state: "cancelled", finishedAt: now };
     case "failed": {
+      const failed = {
+        ...base,
+        error: outcome.error,
+        ...(outcome.lost ? { lost: Math.max(outcome.lost, record.lost ?? 0) } : {}),
+      };
       const limit = record.own.attempts ?? defaults.attempts;
-      if (record.attempts >= limit) {
-        return { ...base, state: "dead", error: outcome.error, finishedAt: now };
-      }
+      if (record.attempts >= limit) return { ...failed, state: "dead", finishedAt: now };
       const backoff = record.own.backoff ?? defaults.backoff;
       const runAt = now + backoffDelay(backoff, record.attempts, random);
-      return { ...base, state: "failed", error: outcome.error, runAt };
+      return { ...failed, state: "failed", runAt };
     }
   }
 }
 
 /** A dead job gets a fresh set of tries, due now. */
 export function reviveDead(record: JobRecord, now: number): JobRecord {
-  const { finishedAt: _, ...rest } = record;
+  const { finishedAt: _, lost: __, ...rest } = record;
   return { ...rest, state: "waiting", attempts: 0, runAt: now };
 }
 

@@ -470,9 +470,13 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
     (c) => c.json({ error: "upgrade-failed" }, 426, { Upgrade: "websocket" }),
   );
 
-  app.get("/stats", guard("stats"), (c) => {
+  app.get("/stats", guard("stats"), async (c) => {
     c.header("Cache-Control", "no-store");
-    if (queue) return c.json(queue.stats());
+    if (queue) {
+      // A flow shared by several instances also shows every instance (its store's registry).
+      const instances = await queue.instances();
+      return c.json(instances ? { ...queue.stats(), instances } : queue.stats());
+    }
     return c.json({ ...controller.stats(), buffered: producer?.buffered ?? 0 });
   });
 

@@ -119,6 +119,8 @@ export interface EncodedJob {
   readonly attempt?: number;
   /** How long the try may take, ms; 0 or absent = no limit (sent with feature `outcomes`). */
   readonly timeout?: number;
+  /** Confirm what finished before starting it (sent with feature `outcomes`). */
+  readonly confirmFirst?: boolean;
 }
 
 /**
@@ -146,6 +148,7 @@ export function encodeJobsFrame(
     if (withTries) {
       text += `,"attempt":${job.attempt ?? 1}`;
       if (job.timeout) text += `,"timeout":${job.timeout}`;
+      if (job.confirmFirst) text += `,"confirmFirst":true`;
     }
     text += "}";
   }

@@ -190,6 +190,11 @@ export const WireJobSchema = v.strictObject({
   attempt: v.optional(positiveSeq),
   /** Feature `outcomes`: how long the try may take, ms (absent: no limit). */
   timeout: v.optional(v.pipe(v.number(), v.safeInteger(), v.minValue(1))),
+  /**
+   * Feature `outcomes`: the job may have been running when a worker was lost. The worker sends
+   * its confirmation of everything it finished before starting it.
+   */
+  confirmFirst: v.optional(v.literal(true)),
 });
 
 /** Jobs with contiguous sequences `seq`, `seq + 1`, ... in one frame. */
@@ -272,6 +277,8 @@ export const ProducedJobSchema = v.strictObject({
   attempt: v.optional(positiveSeq),
   /** Optional: how long the try may take, ms (0 = no limit). */
   timeout: v.optional(v.pipe(v.number(), v.safeInteger(), v.minValue(0))),
+  /** Optional: workers lost while running it so far (a job queue's producer knows). */
+  lost: v.optional(seq),
 });
 
 /** The answer to a grant: one job, or a batch of jobs each with its own MessageID. */
@@ -457,6 +464,8 @@ export interface WireJob {
   readonly attempt?: number;
   /** Feature `outcomes`: how long the try may take, ms (absent: no limit). */
   readonly timeout?: number;
+  /** Feature `outcomes`: confirm everything finished before starting this job. */
+  readonly confirmFirst?: true;
 }
 
 /** Jobs with contiguous sequences `seq`, `seq + 1`, ... in one frame. */
@@ -547,6 +556,8 @@ export interface ProducedJob {
   readonly attempt?: number;
   /** Optional: how long the try may take, ms (0 = no limit). */
   readonly timeout?: number;
+  /** Optional: workers lost while running it so far (a job queue's producer knows). */
+  readonly lost?: number;
 }
 
 /** The answer to a grant: one job, or a batch of jobs each with its own MessageID. */

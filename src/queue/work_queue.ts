@@ -55,6 +55,8 @@ export interface UnconfirmedMessage {
   readonly attempt?: number;
   /** Optional: how long the try may take, ms (a job store knows; 0 = no limit). */
   readonly timeout?: number;
+  /** Optional: workers lost while running it so far (a job store knows). */
+  readonly lost?: number;
 }
 
 /** A job that was confirmed recently, as an adapter may remember it. */

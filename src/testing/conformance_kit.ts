@@ -215,10 +215,10 @@ export function equal(actual: unknown, expected: unknown, what: string): void {
 }
 
 /** Optional, advisory fields of a loaded state: compared only where the expected value names them. */
-const HINTS = new Set(["recentlyCompleted", "attempt", "timeout"]);
+const HINTS = new Set(["recentlyCompleted", "attempt", "timeout", "lost"]);
 
 /**
- * `actual` without the optional hints (`recentlyCompleted` of a state; `attempt` and `timeout` of
+ * `actual` without the optional hints (`recentlyCompleted` of a state; `attempt`, `timeout`, `lost` of
  * an unconfirmed job) that `expected` does not name, at any depth.
  */
 function withoutHints(actual: unknown, expected: unknown): unknown {

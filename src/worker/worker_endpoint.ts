@@ -236,6 +236,8 @@ interface Buffered {
   readonly attempt?: number;
   /** Its timeout, ms (feature `outcomes`). */
   readonly timeout?: number;
+  /** Confirm what finished before starting it (feature `outcomes`). */
+  readonly confirmFirst?: boolean;
 }
 
 interface InFlight extends Buffered {
@@ -708,6 +710,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
         payload: job.payload,
         attempt: job.attempt,
         timeout: job.timeout,
+        confirmFirst: job.confirmFirst,
       });
       this.#sawJobs = true;
     });
@@ -739,6 +742,9 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       localAttempt: 1,
     };
     this.#inFlight = job;
+    // The job may have crashed a worker before: confirm what finished first, so that if it
+    // crashes this one too, the controller knows which job was running.
+    if (job.confirmFirst && this.#confirmedSeq > this.#sentConfirmed) this.#ack();
     if (this.#skip.delete(job.seq)) {
       // Cancelled before it started: report it so, without running it.
       return this.#reportFailure(job, { name: "CancelledError", message: "the job was cancelled" });

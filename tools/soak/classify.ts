@@ -38,6 +38,15 @@
  * one of that incarnation's). A worker stopped when F came could last act when its stop began:
  * "finished by then" and the windows above are measured from there.
  *
+ * With several instances (`--instances`), an instance's SIGKILL counts as a controller kill of
+ * the instance that delivered the run, and so does an instance's SIGSTOP (another instance may
+ * take its jobs over meanwhile; the stopped one could last act when its stop began, and its
+ * workers notice it only after its SIGCONT, when it finds itself fenced and exits). A stopped
+ * instance cannot read what its workers send: a confirmation sent while it was stopped counts as
+ * not durable (`unconfirmed-at-controller-kill`), whatever happens at its SIGCONT. An instance
+ * does not journal the confirmations it applies, so for its runs a confirmation that left the
+ * worker before the fault counts as not durable too.
+ *
  * Anything else is **avoidable**. A run that started while its endpoint was disconnected, or after
  * its binding had ended (the controller unbound it, or the controller that delivered it was gone)
  * and after its endpoint noticed, is never excused: it should not have run at all.
@@ -85,13 +94,22 @@ interface Stop {
   readonly to: number;
 }
 
-/** A controller kill, with what the verifier knows of its durable writes. */
+/** A controller kill (or an instance kill or stop), with what is known of its durable writes. */
 export interface ControllerKill {
   readonly fault: FaultRecord;
   readonly sessions: ReadonlySet<string>;
   /** Confirmations that reached the controller after this were not durable at the kill. */
   readonly durableBefore: number;
+  /** An instance stop: when it was resumed (its workers could notice it only from then on). */
+  readonly resumedAt?: number;
 }
+
+/** The faults that end the controller (or instance) that delivered a run. */
+const CONTROLLER_FAULTS: ReadonlySet<string> = new Set([
+  "controller-kill",
+  "instance-kill",
+  "instance-stop",
+]);
 
 /** Applies the rules to the runs of one soak. */
 export class Classifier {
@@ -126,23 +144,30 @@ export class Classifier {
     }
     // A session ends when its controller dies, or restarts itself under a new session.
     for (const [pid, sessions] of evidence.sessions) {
-      const died = evidence.faults.find((f) => f.kind === "controller-kill" && f.pid === pid)?.t ??
-        exitOf.get(pid);
+      const died = evidence.faults.find((f) =>
+        (f.kind === "controller-kill" || f.kind === "instance-kill") && f.pid === pid
+      )?.t ?? exitOf.get(pid);
       sessions.forEach((session, i) => {
-        const next = evidence.selfRestarts.find((r) => r.session === sessions[i + 1])?.t;
+        const next = evidence.selfRestarts.find((r) =>
+          r.session === sessions[i + 1]
+        )?.t;
         const end = next ?? died;
         if (end !== undefined) this.#sessionEnd.set(session, end);
       });
     }
     for (const fault of evidence.faults) {
-      if (fault.kind === "controller-kill") {
+      if (CONTROLLER_FAULTS.has(fault.kind)) {
+        const resumedAt = fault.kind === "instance-stop"
+          ? evidence.conts.get(fault.pid)?.find((t) => t >= fault.t) ?? exitOf.get(fault.pid)
+          : undefined;
         this.#controllerKills.push({
           fault,
           sessions: new Set(evidence.sessions.get(fault.pid) ?? []),
           durableBefore: durableBoundary(
-            evidence.commits.get(fault.pid) ?? [],
+            (evidence.commits.get(fault.pid) ?? []).filter((commit) => commit.e <= fault.t),
             spawnOf.get(fault.pid) ?? fault.t,
           ),
+          ...(resumedAt === undefined ? {} : { resumedAt }),
         });
         continue;
       }
@@ -224,11 +249,19 @@ export class Classifier {
       const stop = faults?.stops.find((stop) => stop.from <= t && stop.to >= t);
       const last = stop ? stop.from : t;
       if (start <= t + S && (!ended || end >= last - S)) return consider("running", fault, at);
+      const from = stop ? stop.to : kill?.resumedAt ?? t;
       if (
         noticeable && start > t && detached < Infinity &&
-        start <= this.#notice(endpoint, t, stop ? stop.to : t) // the worker's clock: no slack
+        start <= this.#notice(endpoint, t, from) // the worker's clock: no slack
       ) return consider("running", fault, at, true);
       if (!ended) return;
+      if (kill?.resumedAt !== undefined) {
+        // A stopped instance: what its workers sent meanwhile waited, unread, for its SIGCONT.
+        const sent = runs.confirmationSent(run);
+        if (sent !== undefined && sent >= t - S && sent <= kill.resumedAt + S) {
+          return consider("unconfirmed-at-controller-kill", fault, at);
+        }
+      }
       if (kill && this.#notDurable(run, kill, last)) {
         return consider("unconfirmed-at-controller-kill", fault, at);
       }

@@ -1,15 +1,18 @@
 /**
- * The soak's processes and their lifecycles: one controller, the workers and one producer, each
- * started, killed and restarted by the orchestrator, and always reaped.
+ * The soak's processes and their lifecycles: one controller (or, with `--instances N`, N
+ * instances of one flow), the workers and one producer, each started, killed and restarted by
+ * the orchestrator, and always reaped.
  *
  * - Every spawn and every exit goes to the orchestrator's journal (`spawn`, `exit`), with the
  *   time: the verifier maps pids to workers and measures restarts from them.
  * - A kill is followed at once by a restart of the same role, on the same configuration: the
- *   controller on the same KV file and port, a worker under the same name (a new incarnation),
- *   the producer on its own journal.
+ *   controller (or an instance) on the same KV file and port, a worker under the same name (a
+ *   new incarnation), the producer on its own journal.
  * - A process that exits without being told to is a **crash**: it is recorded (the soak fails on
- *   any) and restarted, as a supervisor would.
- * - A stopped worker (SIGSTOP) has its SIGCONT scheduled; `resumeAll` sends it early.
+ *   any) and restarted, as a supervisor would. One exception: an instance that was SIGSTOPped
+ *   exits with `FENCED_EXIT` once it finds another instance took it over; that is expected, and
+ *   it is restarted.
+ * - A stopped worker or instance (SIGSTOP) has its SIGCONT scheduled; `resumeAll` sends it early.
  * - `shutdown` ends everything (workers first, so that no job is handed out again, then the
  *   controller and the producer) and waits until every process is reaped.
  *
@@ -17,6 +20,7 @@
  */
 
 import { Child, type ChildExit, type ChildSpec } from "./child.ts";
+import { FENCED_EXIT } from "./instance_exit.ts";
 import { type Journal, wallClock } from "./journal.ts";
 import type { WorkerProxy } from "./proxy.ts";
 import type { Runtime, SoakPaths, SoakRecord } from "./records.ts";
@@ -33,6 +37,18 @@ export interface WorkerSlot {
   resume: ReturnType<typeof setTimeout> | undefined;
 }
 
+/** The controller, or one instance of the shared flow, on its fixed port. */
+export interface ControllerSlot {
+  /** "controller", or the instance's name (i1, i2, ...). */
+  readonly name: string;
+  readonly port: number;
+  child: Child | undefined;
+  /** The pid of the process that announced it is ready. */
+  readyPid: number | undefined;
+  /** The pending SIGCONT of a stopped instance. */
+  resume: ReturnType<typeof setTimeout> | undefined;
+}
+
 /** What the cluster needs to start its processes. */
 export interface ClusterSettings {
   readonly paths: SoakPaths;
@@ -42,7 +58,8 @@ export interface ClusterSettings {
   readonly bun: string;
   readonly journal: Journal;
   readonly flow: string;
-  readonly controllerPort: number;
+  /** With several instances: their lease TTL, ms (undefined: one controller). */
+  readonly leaseTtl: number | undefined;
   readonly secret: string;
   readonly clientToken: string;
   readonly grace: number;
@@ -59,22 +76,40 @@ const module = (name: string) => new URL(`./${name}`, import.meta.url).pathname;
 /** The soak's processes. */
 export class Cluster {
   readonly workers: ReadonlyMap<string, WorkerSlot>;
-  controller: Child | undefined;
+  /** The controller, or the instances of the shared flow. */
+  readonly controllers: ReadonlyMap<string, ControllerSlot>;
   producer: Child | undefined;
-  #readyController: number | undefined;
   #closing = false;
   /** Every process not reaped yet, whatever its slot. */
   readonly #live = new Set<Child>();
+  /** Instances that were SIGSTOPped: their fenced exit is expected. */
+  readonly #stoppedInstances = new Set<number>();
   readonly #settings: ClusterSettings;
 
-  constructor(settings: ClusterSettings, workers: readonly WorkerSlot[]) {
+  constructor(
+    settings: ClusterSettings,
+    controllers: readonly ControllerSlot[],
+    workers: readonly WorkerSlot[],
+  ) {
     this.#settings = settings;
+    this.controllers = new Map(controllers.map((slot) => [slot.name, slot]));
     this.workers = new Map(workers.map((slot) => [slot.name, slot]));
   }
 
-  /** True when the current controller process has announced it is ready. */
+  /** The single controller (or the first instance). */
+  get controller(): Child | undefined {
+    return [...this.controllers.values()][0]?.child;
+  }
+
+  /** True when every controller slot's current process has announced it is ready. */
   get controllerReady(): boolean {
-    return this.controller !== undefined && this.#readyController === this.controller.pid;
+    return [...this.controllers.values()].every((slot) => this.slotReady(slot));
+  }
+
+  /** Whether a slot's current process announced it is ready (and is not stopped). */
+  slotReady(slot: ControllerSlot): boolean {
+    return slot.child !== undefined && slot.readyPid === slot.child.pid &&
+      slot.resume === undefined;
   }
 
   /** Workers not stopped. */
@@ -82,33 +117,37 @@ export class Cluster {
     return [...this.workers.values()].filter((slot) => slot.resume === undefined);
   }
 
-  startController(): Child {
+  startController(slot: ControllerSlot): Child {
     const s = this.#settings;
-    this.controller = this.#spawn(
+    const shared = s.leaseTtl !== undefined;
+    const config = {
+      deadline: s.deadline,
+      kvPath: s.paths.kv,
+      dir: s.paths.controllers,
+      port: slot.port,
+      secret: s.secret,
+      name: s.flow,
+      reconnectGrace: s.grace,
+      ...(shared ? { slot: slot.name, leaseTtl: s.leaseTtl } : {}),
+    };
+    const file = shared ? "instance_process.ts" : "controller_process.ts";
+    slot.child = this.#spawn(
       {
         role: "controller",
-        name: "controller",
+        name: slot.name,
         runtime: "deno",
         command: s.deno,
-        args: ["run", "-A", "--unstable-kv", "--quiet", module("controller_process.ts")],
-        config: {
-          deadline: s.deadline,
-          kvPath: s.paths.kv,
-          dir: s.paths.controllers,
-          port: s.controllerPort,
-          secret: s.secret,
-          name: s.flow,
-          reconnectGrace: s.grace,
-        },
+        args: ["run", "-A", "--unstable-kv", "--quiet", module(file)],
+        config,
         logs: s.paths.logs,
         onMessage: (message) => {
-          if (message.ready === true) this.#readyController = message.pid as number;
+          if (message.ready === true) slot.readyPid = message.pid as number;
         },
       },
-      () => this.controller,
-      () => this.startController(),
+      () => slot.child,
+      () => this.startController(slot),
     );
-    return this.controller;
+    return slot.child;
   }
 
   startWorker(slot: WorkerSlot): Child {
@@ -151,7 +190,7 @@ export class Cluster {
         args: ["run", "-A", "--quiet", module("producer_process.ts")],
         config: {
           deadline: s.deadline,
-          url: `http://127.0.0.1:${s.controllerPort}/jobs`,
+          urls: [...this.controllers.values()].map((c) => `http://127.0.0.1:${c.port}/jobs`),
           token: s.clientToken,
           rate: s.rate,
           dir: s.paths.producers,
@@ -164,10 +203,24 @@ export class Cluster {
     return this.producer;
   }
 
-  /** SIGKILL the controller, reap it, start a new one on the same file and port. */
-  async restartController(): Promise<void> {
-    await this.controller?.kill();
-    if (!this.#closing) this.startController();
+  /** SIGKILL a controller (or instance), reap it, start a new one on the same file and port. */
+  async restartController(slot: ControllerSlot): Promise<void> {
+    clearTimeout(slot.resume);
+    slot.resume = undefined;
+    await slot.child?.kill();
+    if (!this.#closing) this.startController(slot);
+  }
+
+  /**
+   * SIGSTOP an instance for `ms`, then SIGCONT (recorded as `cont`). Past its lease it finds
+   * itself taken over and exits (expected); it is then restarted.
+   */
+  stopController(slot: ControllerSlot, ms: number): void {
+    const child = slot.child;
+    if (!child) return;
+    this.#stoppedInstances.add(child.pid);
+    child.signal("SIGSTOP");
+    slot.resume = setTimeout(() => this.#resumeController(slot, child), ms);
   }
 
   /** SIGKILL a worker, reap it, start a new incarnation under the same name. */
@@ -192,12 +245,18 @@ export class Cluster {
     slot.resume = setTimeout(() => this.#resume(slot, child), ms);
   }
 
-  /** SIGCONT every stopped worker now. */
+  /** SIGCONT every stopped worker and instance now. */
   resumeAll(): void {
     for (const slot of this.workers.values()) {
       if (slot.resume !== undefined && slot.child) {
         clearTimeout(slot.resume);
         this.#resume(slot, slot.child);
+      }
+    }
+    for (const slot of this.controllers.values()) {
+      if (slot.resume !== undefined && slot.child) {
+        clearTimeout(slot.resume);
+        this.#resumeController(slot, slot.child);
       }
     }
   }
@@ -210,7 +269,7 @@ export class Cluster {
   /** End every process and reap it. Idempotent. */
   async shutdown(): Promise<void> {
     this.#closing = true;
-    for (const slot of this.workers.values()) {
+    for (const slot of [...this.workers.values(), ...this.controllers.values()]) {
       clearTimeout(slot.resume);
       slot.resume = undefined;
     }
@@ -222,6 +281,13 @@ export class Cluster {
   }
 
   #resume(slot: WorkerSlot, child: Child): void {
+    slot.resume = undefined;
+    if (!child.running) return;
+    this.#record({ ev: "cont", name: slot.name, pid: child.pid, t: wallClock() });
+    child.signal("SIGCONT");
+  }
+
+  #resumeController(slot: ControllerSlot, child: Child): void {
     slot.resume = undefined;
     if (!child.running) return;
     this.#record({ ev: "cont", name: slot.name, pid: child.pid, t: wallClock() });
@@ -246,7 +312,8 @@ export class Cluster {
     });
     child.exited.then((exit) => {
       this.#live.delete(child);
-      const expected = child.ending || this.#closing;
+      const fenced = exit.code === FENCED_EXIT && this.#stoppedInstances.has(child.pid);
+      const expected = child.ending || this.#closing || fenced;
       this.#record({
         ev: "exit",
         role: spec.role,
@@ -257,6 +324,13 @@ export class Cluster {
         expected,
         t: wallClock(),
       });
+      if (fenced && !this.#closing) {
+        this.#settings.log(`${spec.name} (pid ${child.pid}) was taken over; restarting it`);
+        setTimeout(() => {
+          if (!this.#closing && current() === child) restart();
+        }, 100);
+        return;
+      }
       if (expected) return;
       this.#settings.log(
         `crash: ${spec.name} (pid ${child.pid}) exited with ${

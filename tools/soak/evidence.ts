@@ -79,6 +79,12 @@ export interface Evidence {
   readonly selfRestarts: { pid: number; session: string; t: number }[];
   /** When each controller pid applied a confirmation of a job, for the jobs asked about. */
   readonly applied: Map<number, { pid: number; t: number }[]>;
+  /** With --instances: each instance pid's slot name and instance id. */
+  readonly instances: Map<number, { name: string; id: string }>;
+  /** With --instances: the takeovers, by the pid that made them. */
+  readonly takeovers: { pid: number; of: string; jobs: number; t: number }[];
+  /** With --instances: instances that found themselves taken over. */
+  readonly fenced: { pid: number; t: number }[];
 }
 
 /** What the producer got acknowledged. */
@@ -114,6 +120,9 @@ export function readEvidence(paths: SoakPaths, jobs: ReadonlySet<number> = new S
     failures: [],
     selfRestarts: [],
     applied: new Map(),
+    instances: new Map(),
+    takeovers: [],
+    fenced: [],
   };
   readJournal(paths.soak, (r) => {
     if (r.ev === "spawn") evidence.spawns.push(r as unknown as Spawn);
@@ -135,6 +144,20 @@ export function readEvidence(paths: SoakPaths, jobs: ReadonlySet<number> = new S
             loaded: r.loaded as number,
           });
           addSession(evidence, pid, r.session as string);
+          if (typeof r.instance === "string") {
+            evidence.instances.set(pid, { name: r.name as string, id: r.instance });
+          }
+          break;
+        case "takeover":
+          evidence.takeovers.push({
+            pid,
+            of: r.of as string,
+            jobs: r.jobs as number,
+            t: r.t as number,
+          });
+          break;
+        case "fenced":
+          evidence.fenced.push({ pid, t: r.t as number });
           break;
         case "restarted":
           addSession(evidence, pid, r.session as string);

@@ -8,18 +8,22 @@
  * | `controller-kill` | SIGKILL the controller, reap it, restart it on the same KV file and port |
  * | `tcp-cut` | drop every TCP connection of one worker at its proxy |
  * | `producer-kill` | SIGKILL the producer, reap it, start it again (it resumes from its journal) |
+ * | `instance-kill` | (`--instances N`) SIGKILL an instance, reap it, start a new instance on its port |
+ * | `instance-stop` | (`--instances N`) SIGSTOP an instance for 1–4 s past its lease, then SIGCONT |
  *
  * Kinds are drawn from a shuffled bag (two of each worker and controller kind, one producer kill
- * per bag), so every kind shows up even in a short soak. A kind that cannot apply right now stays
+ * per bag; with instances, two instance kills and one instance stop instead of the controller
+ * kills), so every kind shows up even in a short soak. A kind that cannot apply right now stays
  * in the bag and the next one is taken: the controller is killed only once its current
- * incarnation is ready (so that each restart gets to deliver), and a stopped worker is not
- * stopped again. Each
- * fault is written to the orchestrator's journal just before its signal or cut, with the time.
+ * incarnation is ready (so that each restart gets to deliver), an instance only while every
+ * instance is ready and none is stopped (so a survivor is always there to take over), and a
+ * stopped worker is not stopped again. Each fault is written to the orchestrator's journal just
+ * before its signal or cut, with the time.
  *
  * @module
  */
 
-import type { Cluster, WorkerSlot } from "./cluster.ts";
+import type { Cluster, ControllerSlot, WorkerSlot } from "./cluster.ts";
 import { type Journal, wallClock } from "./journal.ts";
 import { between, prng } from "./random.ts";
 import type { FaultKind, FaultRecord } from "./records.ts";
@@ -36,13 +40,30 @@ const BAG: readonly FaultKind[] = [
   "producer-kill",
 ];
 
+/** The bag with several instances (`--instances N`). */
+const SHARED_BAG: readonly FaultKind[] = [
+  "worker-kill",
+  "worker-kill",
+  "worker-stop",
+  "worker-stop",
+  "instance-kill",
+  "instance-kill",
+  "instance-stop",
+  "tcp-cut",
+  "tcp-cut",
+  "producer-kill",
+];
+
 /** The seeded choices: when, which kind, which target, how long. */
 export class FaultPlan {
   readonly #random: () => number;
+  readonly #lease: number | undefined;
   #bag: FaultKind[] = [];
 
-  constructor(seed: number) {
+  /** A plan for one controller, or for instances whose lease is `lease` ms. */
+  constructor(seed: number, lease?: number) {
     this.#random = prng(seed ^ 0x0fa017);
+    this.#lease = lease;
   }
 
   /** Milliseconds until the next fault: 1000..5000. */
@@ -69,8 +90,13 @@ export class FaultPlan {
     return between(this.#random, 3000, 12_000);
   }
 
+  /** How long an instance stays stopped: 1–4 s past its lease. */
+  instanceStopDuration(): number {
+    return (this.#lease ?? 0) + between(this.#random, 1000, 4000);
+  }
+
   #shuffled(): FaultKind[] {
-    const bag = [...BAG];
+    const bag = [...(this.#lease === undefined ? BAG : SHARED_BAG)];
     for (let i = bag.length - 1; i > 0; i--) {
       const j = Math.floor(this.#random() * (i + 1));
       [bag[i], bag[j]] = [bag[j], bag[i]];
@@ -115,6 +141,8 @@ export async function injectFaults(
 function applicable(cluster: Cluster, kind: FaultKind): boolean {
   switch (kind) {
     case "controller-kill":
+    case "instance-kill":
+    case "instance-stop":
       return cluster.controllerReady;
     case "worker-stop":
       return cluster.runningWorkers.some((slot) => slot.child?.running);
@@ -152,8 +180,22 @@ async function inject(
       return fault;
     }
     case "controller-kill": {
-      const fault = record("controller", cluster.controller!.pid);
-      await cluster.restartController();
+      const slot = [...cluster.controllers.values()][0];
+      const fault = record(slot.name, slot.child!.pid);
+      await cluster.restartController(slot);
+      return fault;
+    }
+    case "instance-kill": {
+      const slot: ControllerSlot = plan.pick([...cluster.controllers.values()]);
+      const fault = record(slot.name, slot.child!.pid);
+      await cluster.restartController(slot);
+      return fault;
+    }
+    case "instance-stop": {
+      const slot: ControllerSlot = plan.pick([...cluster.controllers.values()]);
+      const ms = plan.instanceStopDuration();
+      const fault = record(slot.name, slot.child!.pid, { ms });
+      cluster.stopController(slot, ms);
       return fault;
     }
     case "tcp-cut": {

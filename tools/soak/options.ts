@@ -18,6 +18,13 @@ export interface SoakOptions {
   readonly seed: number;
   /** Worker processes, alternately Deno and Bun. */
   readonly workers: number;
+  /**
+   * Instances of the flow sharing one KV file (`DenoKvClusterStore`); 1: one controller
+   * process on its own `DenoKvWorkQueue`, the classic soak.
+   */
+  readonly instances: number;
+  /** The instances' lease TTL, ms (with `instances` > 1). */
+  readonly lease: number;
   /** Where the journals go; undefined: a temporary directory. */
   readonly out: string | undefined;
   /** Keep the output directory (always kept when `out` is given). */
@@ -43,11 +50,19 @@ same file and port, TCP cuts, producer SIGKILL and restart). Then it drains and 
 journals: lost jobs, duplicates by cause, worst controller restart to first delivery. Exits 1 on a
 lost job, an avoidable duplicate, an incomplete drain or a crashed process.
 
+With --instances N (2..8), N instance processes of one flow share the KV file (job queues on a
+DenoKvClusterStore), the workers are spread over them and the producer submits to all of them in
+turn; instead of controller kills the faults include instance SIGKILLs (a survivor takes the
+dead instance's jobs over when its lease lapses; it restarts as a new instance) and instance
+SIGSTOPs past the lease (the instance is fenced at its SIGCONT and restarts).
+
 Flags:
   --minutes N     how long to produce and inject faults (default 10; fractions allowed)
   --rate N        jobs per second (default 1000)
   --seed N        seed of the fault schedule and handler durations (default: random, printed)
   --workers N     worker processes, alternately Deno and Bun (default 4, at least 4)
+  --instances N   instances sharing the flow on one KV file (default 1: one controller)
+  --lease MS      the instances' lease TTL (default 3000; renewed every third of it)
   --out DIR       write the journals and summary.json there (kept)
   --keep          keep the temporary output directory
   --ack-delay MS  how long a worker may hold a finished job's confirmation (default 10)
@@ -68,6 +83,8 @@ export function parseOptions(args: readonly string[]): SoakOptions {
       rate: { type: "string" },
       seed: { type: "string" },
       workers: { type: "string" },
+      instances: { type: "string" },
+      lease: { type: "string" },
       out: { type: "string" },
       keep: { type: "boolean" },
       "ack-delay": { type: "string" },
@@ -85,6 +102,8 @@ export function parseOptions(args: readonly string[]): SoakOptions {
     rate: number("rate", values.rate, 1000, 1, 100_000, true),
     seed: number("seed", values.seed, Math.floor(Math.random() * 2 ** 31), 0, 2 ** 32 - 1, true),
     workers: number("workers", values.workers, 4, 4, 32, true),
+    instances: number("instances", values.instances, 1, 1, 8, true),
+    lease: number("lease", values.lease, 3000, 1000, 60_000, true),
     out: values.out,
     keep: values.keep ?? false,
     ackDelay: number("ack-delay", values["ack-delay"], 10, 0, 10_000, false),

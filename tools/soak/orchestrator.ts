@@ -1,11 +1,13 @@
 /**
  * The soak from start to verdict.
  *
- * 1. **Set up**: an output directory, a secret and tokens, a fixed port for the controller, one
- *    TCP proxy per worker (see `proxy.ts`).
- * 2. **Start**: the controller (waiting until it is ready), the workers — alternately Deno and
- *    Bun, the first with one endpoint and the others with enough endpoints between them to run
- *    three times the rate — and the producer.
+ * 1. **Set up**: an output directory, a secret and tokens, a fixed port for the controller (or
+ *    for each instance, with `--instances N`), one TCP proxy per worker (see `proxy.ts`); with
+ *    instances, worker k goes to instance k mod N.
+ * 2. **Start**: the controller or instances (waiting until they are ready), the workers —
+ *    alternately Deno and Bun, the first with one endpoint and the others with enough endpoints
+ *    between them to run three times the rate — and the producer (which submits to every
+ *    instance in turn).
  * 3. **Load and faults** for `--minutes`: the producer submits at `--rate` while `faults.ts`
  *    injects a seeded fault every 1–5 s.
  * 4. **Stop**: no more faults, every stopped worker resumed, the producer told to stop (it
@@ -30,7 +32,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { signToken } from "../../server.ts";
-import { Cluster, type WorkerSlot } from "./cluster.ts";
+import { Cluster, type ControllerSlot, type WorkerSlot } from "./cluster.ts";
 import { drain, type DrainResult } from "./drain.ts";
 import { readAcknowledgements } from "./evidence.ts";
 import { FaultPlan, injectFaults } from "./faults.ts";
@@ -78,7 +80,17 @@ export async function runSoak(
   try {
     const secret = crypto.randomUUID() + crypto.randomUUID();
     const expiresIn = (options.minutes * 60 + options.drain + 3600) * 1000;
-    const controllerPort = await freePort();
+    const shared = options.instances > 1;
+    const controllers: ControllerSlot[] = [];
+    for (let i = 0; i < options.instances; i++) {
+      controllers.push({
+        name: shared ? `i${i + 1}` : "controller",
+        port: await freePort(),
+        child: undefined,
+        readyPid: undefined,
+        resume: undefined,
+      });
+    }
     const perWorker = Math.max(
       2,
       Math.ceil(
@@ -88,7 +100,7 @@ export async function runSoak(
     const slots: WorkerSlot[] = [];
     for (let i = 0; i < options.workers; i++) {
       const name = `w${i + 1}`;
-      const proxy = await WorkerProxy.start(controllerPort);
+      const proxy = await WorkerProxy.start(controllers[i % controllers.length].port);
       proxies.push(proxy);
       slots.push({
         name,
@@ -105,6 +117,8 @@ export async function runSoak(
       rate: options.rate,
       seed: options.seed,
       workers: slots.map(({ name, runtime, concurrency }) => ({ name, runtime, concurrency })),
+      instances: options.instances,
+      ...(shared ? { leaseMs: options.lease } : {}),
       ackDelayMs: options.ackDelay,
       reconnectGraceMs: options.grace,
       drainDeadlineS: options.drain,
@@ -112,31 +126,40 @@ export async function runSoak(
     writeFileSync(join(out, "settings.json"), JSON.stringify(settings, null, 2) + "\n");
     log(
       `soak: ${options.minutes} min at ${options.rate} jobs/s, seed ${options.seed}, workers ` +
-        slots.map((s) => `${s.name}(${s.runtime}×${s.concurrency})`).join(" ") +
+        slots.map((s, i) =>
+          `${s.name}(${s.runtime}×${s.concurrency}${
+            shared ? `→${controllers[i % controllers.length].name}` : ""
+          })`
+        ).join(" ") +
+        (shared ? `, ${options.instances} instances (lease ${options.lease} ms)` : "") +
         `, reconnectGrace ${options.grace} ms, journals in ${out}`,
     );
 
     const deadline = Date.now() + (options.minutes * 60 + options.drain + 180) * 1000;
-    cluster = new Cluster({
-      paths,
-      root,
-      deno: Deno.execPath(),
-      bun,
-      journal,
-      flow: FLOW,
-      controllerPort,
-      secret,
-      clientToken: await signToken(secret, { producer: FLOW, expiresIn }),
-      grace: options.grace,
-      rate: options.rate,
-      seed: options.seed,
-      deadline,
-      log,
-    }, slots);
+    cluster = new Cluster(
+      {
+        paths,
+        root,
+        deno: Deno.execPath(),
+        bun,
+        journal,
+        flow: FLOW,
+        leaseTtl: shared ? options.lease : undefined,
+        secret,
+        clientToken: await signToken(secret, { producer: FLOW, expiresIn }),
+        grace: options.grace,
+        rate: options.rate,
+        seed: options.seed,
+        deadline,
+        log,
+      },
+      controllers,
+      slots,
+    );
     const phase = (name: string) => journal.write({ ev: "phase", phase: name, t: wallClock() });
 
     phase("start");
-    cluster.startController();
+    for (const slot of controllers) cluster.startController(slot);
     await waitUntil(() => cluster!.controllerReady, "the controller to be ready", 60_000, signal);
     for (const slot of slots) cluster.startWorker(slot);
     cluster.startProducer();
@@ -146,7 +169,7 @@ export async function runSoak(
     try {
       await injectFaults(
         cluster,
-        new FaultPlan(options.seed),
+        new FaultPlan(options.seed, shared ? options.lease : undefined),
         journal,
         wallClock() + options.minutes * 60_000,
         signal,

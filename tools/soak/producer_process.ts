@@ -3,7 +3,8 @@
  * progress on disk, so that it can itself be killed and restarted.
  *
  * Jobs go in batches of consecutive job numbers (MessageIDs `j<n>`, payload `{ n }`), about one
- * batch every 50 ms, with at most 8 requests in flight. Before each attempt the batch is written
+ * batch every 50 ms, with at most 8 requests in flight. With several instances (`--instances`)
+ * the batches go to each instance's `POST /jobs` in turn, and a retried batch to the next one. Before each attempt the batch is written
  * to the journal (`send`); only a 2xx answer makes it acknowledged (`ack`, written after the
  * answer). Anything else (a network error, a 503 "not accepted yet", any 5xx) is retried with the
  * same MessageIDs after a backoff, for as long as it takes. A 4xx other than 408 and 429 means the
@@ -25,8 +26,8 @@ import { messageId } from "./records.ts";
 
 /** The configuration of the producer process. */
 export interface ProducerConfig extends ChildBase {
-  /** The controller's `POST /jobs` URL. */
-  readonly url: string;
+  /** The `POST /jobs` URLs: the controller's, or every instance's. */
+  readonly urls: readonly string[];
   /** A client token. */
   readonly token: string;
   /** Jobs per second. */
@@ -82,7 +83,11 @@ async function submit([from, to]: [number, number]): Promise<void> {
   try {
     for (let attempt = 1;; attempt++) {
       journal.write({ ev: "send", from, to, attempt, t: wallClock() });
-      const why = await post(body);
+      const urls = config.urls;
+      const why = await post(
+        urls[(Math.floor(from / batchSize) + attempt - 1) % urls.length],
+        body,
+      );
       if (why === undefined) {
         journal.write({ ev: "ack", from, to, t: wallClock() });
         return;
@@ -100,10 +105,10 @@ async function submit([from, to]: [number, number]): Promise<void> {
 }
 
 /** POST the body; undefined when acknowledged, else why not. */
-async function post(body: string): Promise<string | undefined> {
+async function post(url: string, body: string): Promise<string | undefined> {
   let response: Response;
   try {
-    response = await fetch(config.url, {
+    response = await fetch(url, {
       method: "POST",
       headers: { authorization: `Bearer ${config.token}`, "content-type": "application/json" },
       body,

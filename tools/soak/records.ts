@@ -4,11 +4,12 @@
  *
  * ```
  * <out>/soak.jsonl                  the orchestrator: spawns, exits, faults, phases
- * <out>/controller/<pid>.jsonl      each controller incarnation: ready, bindings, commits
+ * <out>/controller/<pid>.jsonl      each controller (or instance) incarnation: ready, bindings,
+ *                                   commits; with --instances, takeovers and fencing too
  * <out>/producer/<pid>.jsonl        each producer incarnation: batches sent and acknowledged
  * <out>/workers/<name>.<pid>.jsonl  each worker process: handler starts and ends, connections
  * <out>/logs/<role>.<pid>.log       each process's stderr
- * <out>/kv/soak.kv                  the controller's Deno KV file
+ * <out>/kv/soak.kv                  the controller's (or the instances' shared) Deno KV file
  * <out>/summary.json                the verdict
  * ```
  *
@@ -51,7 +52,7 @@ export type Role = "controller" | "worker" | "producer";
 /** The runtimes a worker runs on. */
 export type Runtime = "deno" | "bun";
 
-/** The kinds of fault the orchestrator injects. */
+/** The kinds of fault the orchestrator injects with one controller. */
 export const FAULT_KINDS = [
   "worker-kill",
   "worker-stop",
@@ -59,29 +60,52 @@ export const FAULT_KINDS = [
   "tcp-cut",
   "producer-kill",
 ] as const;
+/** The kinds of fault the orchestrator injects with several instances (`--instances N`). */
+export const SHARED_FAULT_KINDS = [
+  "worker-kill",
+  "worker-stop",
+  "instance-kill",
+  "instance-stop",
+  "tcp-cut",
+  "producer-kill",
+] as const;
 /** One kind of fault. */
-export type FaultKind = typeof FAULT_KINDS[number];
+export type FaultKind = typeof FAULT_KINDS[number] | typeof SHARED_FAULT_KINDS[number];
+/** Every kind of fault, in either mode. */
+export const ALL_FAULT_KINDS: readonly FaultKind[] = [
+  ...FAULT_KINDS,
+  "instance-kill",
+  "instance-stop",
+];
+
+/** The kinds of fault of a soak with `instances` instances (1: one controller). */
+export function faultKindsOf(instances: number | undefined): readonly FaultKind[] {
+  return (instances ?? 1) > 1 ? SHARED_FAULT_KINDS : FAULT_KINDS;
+}
 
 /** One injected fault, written just before the signal is sent or the connections are cut. */
 export interface FaultRecord {
   readonly ev: "fault";
   readonly kind: FaultKind;
-  /** The worker name (worker faults), "controller" or "producer". */
+  /** The worker name (worker faults), "controller", the instance name or "producer". */
   readonly target: string;
   readonly pid: number;
   readonly t: number;
-  /** worker-stop: how long the process stays stopped, ms. */
+  /** worker-stop, instance-stop: how long the process stays stopped, ms. */
   readonly ms?: number;
   /** tcp-cut: how many proxied connections were cut. */
   readonly connections?: number;
 }
 
-/** A controller incarnation's journal. */
+/** A controller (or instance) incarnation's journal. */
 export type ControllerRecord =
   | {
     ev: "ready";
     pid: number;
     session: string;
+    /** With --instances: the instance's name (its slot) and its id in the shared flow. */
+    name?: string;
+    instance?: string;
     /** Jobs reloaded from the queue. */
     loaded: number;
     modulesLoaded: number;
@@ -105,6 +129,10 @@ export type ControllerRecord =
   | { ev: "confirmed"; pid: number; id: string; t: number }
   | { ev: "restarted"; pid: number; session: string; cause: string; t: number }
   | { ev: "failed"; pid: number; stage: string; error: string; t: number }
+  /** With --instances: this instance took over `of` (an instance id), putting `jobs` back. */
+  | { ev: "takeover"; pid: number; of: string; jobs: number; expiredAt: number; t: number }
+  /** With --instances: another instance took this one over. */
+  | { ev: "fenced"; pid: number; t: number }
   | {
     /** A durable commit that succeeded: started at `s`, done at `e`. */
     ev: "commit";

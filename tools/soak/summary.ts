@@ -13,7 +13,7 @@
  */
 
 import type { Cause } from "./classify.ts";
-import type { FaultKind } from "./records.ts";
+import { type FaultKind, faultKindsOf } from "./records.ts";
 
 /** One avoidable duplicate, for the reader of `summary.json`. */
 export interface AvoidableExample {
@@ -45,6 +45,29 @@ export interface Summary {
     readonly ackDelayMs: number;
     readonly reconnectGraceMs: number;
     readonly drainDeadlineS: number;
+    /** Instances sharing the flow (absent or 1: one controller). */
+    readonly instances?: number;
+    /** Their lease TTL, ms. */
+    readonly leaseMs?: number;
+  };
+  /** With several instances: their takeovers. */
+  readonly instances?: {
+    readonly count: number;
+    /** Takeovers made (one per instance killed or stopped past its lease, when all is well). */
+    readonly takeovers: number;
+    /** Instances that found themselves taken over (stopped past their lease). */
+    readonly fenced: number;
+    /** Killed instances whose jobs no survivor took over (the soak fails on any). */
+    readonly killsNotTakenOver: number;
+    /**
+     * Stopped instances taken over. A stop inside a write to the shared SQLite file holds its
+     * lock, so nobody can take that instance over; it carries on at its SIGCONT.
+     */
+    readonly stopsTakenOver: number;
+    /** From an instance kill to its takeover, ms. */
+    readonly worstTakeoverMs: number | null;
+    readonly medianTakeoverMs: number | null;
+    readonly samples: { kind: string; pid: number; ms: number | null; jobs: number | null }[];
   };
   /** Jobs acknowledged to the producer (a 2xx answer to POST /jobs). */
   readonly accepted: number;
@@ -133,7 +156,15 @@ export interface Summary {
 /** The one-line form. */
 export function summaryLine(summary: Summary): string {
   const d = summary.duplicates;
-  const kinds = Object.entries(summary.faults.byKind).map(([kind, n]) => `${kind} ${n}`).join(", ");
+  const kinds = faultKindsOf(summary.settings.instances)
+    .map((kind) => `${kind} ${summary.faults.byKind[kind] ?? 0}`).join(", ");
+  const takeover = summary.instances
+    ? `, worst kill→takeover ${
+      summary.instances.worstTakeoverMs === null
+        ? "n/a"
+        : `${Math.round(summary.instances.worstTakeoverMs)} ms`
+    }`
+    : "";
   const worst = summary.restarts.worstMs === null
     ? "n/a"
     : `${Math.round(summary.restarts.worstMs)} ms`;
@@ -143,5 +174,6 @@ export function summaryLine(summary: Summary): string {
     `unconfirmed-at-controller-kill ${
       d["unconfirmed-at-controller-kill"]
     }, avoidable ${d.avoidable}), ` +
-    `faults ${summary.faults.total} (${kinds}), worst restart→delivery ${worst} — ${verdict}`;
+    `faults ${summary.faults.total} (${kinds}), worst restart→delivery ${worst}${takeover} — ` +
+    verdict;
 }

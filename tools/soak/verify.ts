@@ -7,9 +7,11 @@
  *   worker (the workers' journals).
  * - **duplicates**: every run of a job after its first, acknowledged or not, classified by
  *   `classify.ts`.
- * - **restart → first delivery**: for each controller spawned after the first, from its spawn to
+ * - **restart → first delivery**: for each controller (or instance) restarted, from its spawn to
  *   the first handler start of a job it delivered (a run whose endpoint held a binding of that
  *   controller's session).
+ * - **kill → takeover** (`--instances`): for each instance killed or stopped, from the fault to
+ *   the takeover of that instance by a survivor.
  *
  * @module
  */
@@ -17,7 +19,7 @@
 import type { Cause } from "./classify.ts";
 import { Classifier, CLOCK_SLACK_MS } from "./classify.ts";
 import { readAcknowledgements, readEvidence } from "./evidence.ts";
-import { FAULT_KINDS, type FaultKind, messageId, type SoakPaths } from "./records.ts";
+import { ALL_FAULT_KINDS, type FaultKind, messageId, type SoakPaths } from "./records.ts";
 import { Runs } from "./runs.ts";
 import type { AvoidableExample, Summary } from "./summary.ts";
 
@@ -111,7 +113,7 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
   }
 
   // Faults.
-  const byKind = Object.fromEntries(FAULT_KINDS.map((kind) => [kind, 0])) as Record<
+  const byKind = Object.fromEntries(ALL_FAULT_KINDS.map((kind) => [kind, 0])) as Record<
     FaultKind,
     number
   >;
@@ -125,9 +127,15 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
     return evidence.unbinds.some((u) => names.has(u.ep) && u.t >= stop.t && u.t <= to + 250);
   }).length;
 
-  // Restart → first delivery.
-  const controllerSpawns = evidence.spawns.filter((spawn) => spawn.role === "controller");
-  const samples = controllerSpawns.slice(1).map((spawn) => {
+  // Restart → first delivery: every controller spawn but the first of its slot.
+  const slotsSeen = new Set<string>();
+  const restartSpawns = evidence.spawns.filter((spawn) => {
+    if (spawn.role !== "controller") return false;
+    const again = slotsSeen.has(spawn.name);
+    slotsSeen.add(spawn.name);
+    return again;
+  });
+  const samples = restartSpawns.map((spawn) => {
     let first = Infinity;
     for (const session of evidence.sessions.get(spawn.pid) ?? []) {
       const index = runs.sessionIndex(session);
@@ -172,11 +180,18 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
       `drain incomplete after ${given.settings.drainDeadlineS} s (${given.drain.remaining} jobs)`,
     );
   }
+  const instances = given.settings.instances !== undefined && given.settings.instances > 1
+    ? instanceFigures(evidence, given.settings.instances)
+    : undefined;
+  if (instances && instances.killsNotTakenOver > 0) {
+    failures.push(`${instances.killsNotTakenOver} killed instances never taken over`);
+  }
   if (crashes.length > 0) {
     failures.push(`${crashes.length} crashed processes (${crashes.map((c) => c.name).join(", ")})`);
   }
 
   return {
+    ...(instances ? { instances } : {}),
     ok: failures.length === 0,
     failures,
     settings: given.settings,
@@ -214,6 +229,44 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
     producer: { issued: acks.maxJob, retries: acks.retries, incarnations: acks.incarnations },
     drain: given.drain,
     crashes,
+  };
+}
+
+/**
+ * Takeovers: for each instance killed or stopped, how long until a survivor took it over (before
+ * the next fault of the same process). A stop may end without one: a process stopped inside a
+ * write to the shared SQLite file holds its lock, and no survivor can write meanwhile.
+ */
+function instanceFigures(
+  evidence: ReturnType<typeof readEvidence>,
+  count: number,
+): NonNullable<Summary["instances"]> {
+  const faults = evidence.faults.filter((fault) =>
+    fault.kind === "instance-kill" || fault.kind === "instance-stop"
+  );
+  const samples = faults.map((fault) => {
+    const id = evidence.instances.get(fault.pid)?.id;
+    const next = faults.find((later) => later.pid === fault.pid && later.t > fault.t)?.t ??
+      Infinity;
+    const takeover = evidence.takeovers.find((t) => t.of === id && t.t >= fault.t && t.t < next);
+    return {
+      kind: fault.kind,
+      pid: fault.pid,
+      ms: takeover ? round(takeover.t - fault.t) : null,
+      jobs: takeover?.jobs ?? null,
+    };
+  });
+  const kills = samples.filter((s) => s.kind === "instance-kill");
+  const measured = kills.flatMap((s) => s.ms === null ? [] : [s.ms]).sort((a, b) => a - b);
+  return {
+    count,
+    takeovers: evidence.takeovers.length,
+    fenced: evidence.fenced.length,
+    killsNotTakenOver: kills.length - measured.length,
+    stopsTakenOver: samples.filter((s) => s.kind === "instance-stop" && s.ms !== null).length,
+    worstTakeoverMs: measured.at(-1) ?? null,
+    medianTakeoverMs: measured.length > 0 ? measured[Math.floor(measured.length / 2)] : null,
+    samples,
   };
 }
 

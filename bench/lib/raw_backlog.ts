@@ -1,0 +1,123 @@
+/**
+ * The raw Deno KV baseline of the backlog benchmarks: the Deno KV job store's own writes done
+ * directly with KV atomics, same keys and values (`src/backlog/deno_kv/records.ts`), each commit
+ * checking the epoch key as the store's journal does, `perCommit` jobs in each commit:
+ *
+ * - **ingest**: per job its record and its payload (what `POST /jobs` writes);
+ * - **drain**: per job its record rewritten as taken (plus the append cursor), then the record
+ *   moved to the finished keys with an expiry and the payload deleted (what a completed try
+ *   writes).
+ *
+ * @module
+ */
+
+import { encodeEpoch, encodeMeta } from "../../src/queue/deno_kv/codec.ts";
+import { encodeEntry, JobStoreKeys } from "../../src/backlog/deno_kv/records.ts";
+import { finishTry, newRecord, startTry } from "../../src/lifecycle/job_record.ts";
+import { planJob, resolveDefaults } from "../../src/lifecycle/job_options.ts";
+
+const encoder = new TextEncoder();
+const DEFAULTS = resolveDefaults({});
+/** A finished job's retention (the store's default: a day). */
+const RETENTION = 86_400_000;
+
+/** A fresh store's keys under `["raw"]` and its epoch; `commit` fences like the journal. */
+async function fenced(kv: Deno.Kv) {
+  const keys = new JobStoreKeys(["raw"]);
+  const epoch = await kv.atomic().set(keys.epoch, encodeEpoch(1)).commit();
+  if (!epoch.ok) throw new Error("cannot write the epoch");
+  const commit = async (fill: (atomic: Deno.AtomicOperation) => void) => {
+    const atomic = kv.atomic().check({ key: keys.epoch, versionstamp: epoch.versionstamp });
+    fill(atomic);
+    if (!(await atomic.commit()).ok) throw new Error("the epoch check failed");
+  };
+  return { keys, commit };
+}
+
+/** Ids and records of `jobs` new jobs. */
+function newJobs(jobs: number) {
+  const now = Date.now();
+  return Array.from({ length: jobs }, (_, i) => {
+    const id = crypto.randomUUID();
+    return { id, n: i, record: newRecord(id, planJob({}, now), now) };
+  });
+}
+
+/**
+ * Ingest: write `jobs` new jobs (record and payload) `perCommit` at a time; jobs/s.
+ *
+ * @example
+ * ```ts ignore
+ * const kv = await Deno.openKv(":memory:");
+ * console.log(await rawBacklogIngest(kv, 1000, 100));
+ * ```
+ */
+export async function rawBacklogIngest(
+  kv: Deno.Kv,
+  jobs: number,
+  perCommit: number,
+): Promise<number> {
+  const { keys, commit } = await fenced(kv);
+  const all = newJobs(jobs);
+  const started = performance.now();
+  for (let first = 0; first < jobs; first += perCommit) {
+    const batch = all.slice(first, first + perCommit);
+    await commit((atomic) => {
+      for (const job of batch) {
+        atomic.set(keys.job(job.id), encodeEntry({ record: job.record, order: job.n }));
+        atomic.set(keys.payload(job.id, 0), encoder.encode(JSON.stringify({ n: job.n })));
+      }
+    });
+  }
+  return jobs / ((performance.now() - started) / 1000);
+}
+
+/**
+ * Drain: write `jobs` jobs (not timed), then take and complete them, `perCommit` per commit;
+ * jobs/s of the take and completion writes.
+ *
+ * @example
+ * ```ts ignore
+ * const kv = await Deno.openKv(":memory:");
+ * console.log(await rawBacklogDrain(kv, 1000, 100));
+ * ```
+ */
+export async function rawBacklogDrain(
+  kv: Deno.Kv,
+  jobs: number,
+  perCommit: number,
+): Promise<number> {
+  const { keys, commit } = await fenced(kv);
+  const all = newJobs(jobs);
+  for (let first = 0; first < jobs; first += perCommit) {
+    const batch = all.slice(first, first + perCommit);
+    await commit((atomic) => {
+      for (const job of batch) {
+        atomic.set(keys.job(job.id), encodeEntry({ record: job.record, order: job.n }));
+        atomic.set(keys.payload(job.id, 0), encoder.encode(JSON.stringify({ n: job.n })));
+      }
+    });
+  }
+  const started = performance.now();
+  for (let first = 0; first < jobs; first += perCommit) {
+    const batch = all.slice(first, first + perCommit);
+    const now = Date.now();
+    const taken = batch.map((job) => startTry(job.record, now));
+    await commit((atomic) => {
+      batch.forEach((job, i) => {
+        const active = { seq: first + i + 1, accepted: true, confirmed: false, outcome: undefined };
+        atomic.set(keys.job(job.id), encodeEntry({ record: taken[i], active }));
+      });
+      atomic.set(keys.meta, encodeMeta(first + batch.length));
+    });
+    await commit((atomic) => {
+      batch.forEach((job, i) => {
+        const done = finishTry(taken[i], { kind: "completed" }, DEFAULTS, now, Math.random);
+        atomic.delete(keys.job(job.id));
+        atomic.set(keys.done(job.id), encodeEntry({ record: done }), { expireIn: RETENTION });
+        atomic.delete(keys.payload(job.id, 0));
+      });
+    });
+  }
+  return jobs / ((performance.now() - started) / 1000);
+}

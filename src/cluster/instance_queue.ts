@@ -1,0 +1,765 @@
+/**
+ * One instance's part of a shared flow: the jobs it claimed from the shared backlog and the
+ * tries its controller runs, as the controller's {@linkcode DurableWorkQueue}.
+ *
+ * - **The fence.** The instance's writes all check its fence key (`[P, "fence", id]`), which
+ *   only `load` (a new epoch for this instance) and a takeover (by a survivor) change. So once
+ *   another process fenced it, nothing it writes lands: its next write finds the fence moved and
+ *   fails with {@linkcode QueueFencedError}, and it stays fenced until it loads again.
+ * - **Memory.** While its epoch holds, no other process writes the jobs it holds (they only
+ *   leave cancel requests beside them), so it keeps them in memory and writes without reading.
+ *   After a write whose outcome is unknown it reads them back before its next call.
+ * - **Claims** (`take`): due jobs are listed band by band, then claimed in commits that check
+ *   each job's ready entry (it is still there, unchanged) and the fence, moving it from the
+ *   ready index to this instance. Claimers spread out: among more candidates than they need, each
+ *   prefers the ones its rank among the live instances picks (a hash of the MessageID), so
+ *   instances with deep backlogs rarely touch the same jobs; whole higher-priority bands are
+ *   always taken first. A commit that lost a race is dropped and the next round lists again.
+ * - **Tries** (`store`, `accept`, `confirmMessage`, `commit`) follow the engine's rules (first
+ *   store wins, accept of an unknown job is a conflict, confirm is idempotent, a try both
+ *   accepted and confirmed applies its outcome with `finishTry`), with one commit per call.
+ * - **Load** (a new epoch) keeps the tries the controller must run again (accepted, not
+ *   confirmed) and, for a handle reloading in the same process, what it still holds in memory;
+ *   anything else it holds in KV (a previous process's claims and unaccepted tries) goes back to
+ *   the shared backlog, as a takeover would put it.
+ *
+ * Calls run one at a time, in call order.
+ *
+ * @module
+ */
+
+import type { Clock } from "../core/clock.ts";
+import { infoOf, type JobRecord, newRecord, tryTimeout } from "../lifecycle/job_record.ts";
+import { planJob } from "../lifecycle/job_options.ts";
+import type { KvKey } from "../queue/deno_kv/port.ts";
+import {
+  type LoadResult,
+  type QueueBatch,
+  type QueueBatchResult,
+  QueueConflictError,
+  QueueFencedError,
+  type StoreResult,
+  type UnconfirmedMessage,
+} from "../queue/work_queue.ts";
+import type { JobStoreSettings, ReadyJob } from "../backlog/job_store.ts";
+import type { BacklogNotice, Candidate, SharedBacklog } from "./backlog.ts";
+import {
+  decodeCursor,
+  decodeFence,
+  decodeStored,
+  encodeCursor,
+  encodeEntry,
+  encodeFence,
+  type Entry,
+  INLINE_BYTES,
+  joinPayload,
+  splitPayload,
+  utf8Bytes,
+} from "./codec.ts";
+import type { ClusterKeys } from "./keys.ts";
+import {
+  Change,
+  type ClusterKvLike,
+  commitChanges,
+  listAll,
+  readMany,
+  retryLocked,
+} from "./kv_writes.ts";
+import {
+  claimed,
+  finished,
+  type PlacementContext,
+  readyKeyOf,
+  recover,
+  settle,
+  started,
+} from "./placement.ts";
+
+const EMPTY = new Uint8Array(0);
+/** Claim rounds per `take` (each lists candidates afresh). */
+const CLAIM_ROUNDS = 4;
+/**
+ * Jobs per claim commit (fewer where KV allows fewer checks): a lost race costs the group, and
+ * claimers rarely race for the same jobs (each prefers its own share of the candidates).
+ */
+export const CLAIM_GROUP = 64;
+/** Most candidates listed per claim round. */
+const MAX_CANDIDATES = 500;
+const LOAD_ATTEMPTS = 5;
+
+/** A job this instance holds. */
+interface Held {
+  /** As in KV (owner: this instance). */
+  readonly entry: Entry;
+  /** Its payload text. */
+  readonly payload: string;
+  /** Given out by `take` in this process (the producer has it). */
+  readonly handed: boolean;
+}
+
+/** What the instance queue needs from its store. */
+export interface InstanceContext {
+  readonly kv: ClusterKvLike;
+  readonly keys: ClusterKeys;
+  readonly instance: string;
+  readonly settings: JobStoreSettings;
+  readonly clock: Clock;
+  readonly random: () => number;
+  readonly backlog: SharedBacklog;
+  /** The largest payload, UTF-8 bytes. */
+  readonly maxPayloadBytes: number;
+  /** The instance's lease lapsed on its own clock: claim nothing until it is renewed. */
+  lapsed(): boolean;
+  /** How many instances are live, and this one's rank among them (for spreading claims). */
+  peers(): { readonly count: number; readonly rank: number };
+  /** The lease value written with a new epoch. */
+  leaseFor(epoch: number): Uint8Array;
+  /** A job changed (after the change is durable). */
+  notify(notice: BacklogNotice): void;
+}
+
+/** A job held in KV by this instance, as read back. */
+interface Found {
+  readonly entry: Entry;
+  readonly cancelRequested: boolean;
+}
+
+/** The jobs one instance holds, and its controller's work queue over them. */
+export class InstanceQueue {
+  readonly #c: InstanceContext;
+  readonly #placement: PlacementContext;
+  #epoch = 0;
+  #fenceVs: string | null = null;
+  #fenced = false;
+  #closed = false;
+  #currentSeq = 0;
+  #held = new Map<string, Held>();
+  /** The last write's outcome is unknown: read the held jobs back before the next call. */
+  #stale = false;
+  #tail: Promise<unknown> = Promise.resolve();
+  /** The earliest due time the last empty claim round saw (Infinity: none). */
+  nextDue = Infinity;
+
+  constructor(context: InstanceContext, placement: PlacementContext) {
+    this.#c = context;
+    this.#placement = placement;
+  }
+
+  /** The current epoch (0 before the first load). */
+  get epoch(): number {
+    return this.#epoch;
+  }
+
+  /** Whether a load succeeded and the instance is neither fenced nor closed. */
+  get live(): boolean {
+    return this.#epoch > 0 && !this.#fenced && !this.#closed;
+  }
+
+  /** Whether another process fenced this instance (until it loads again). */
+  get fenced(): boolean {
+    return this.#fenced;
+  }
+
+  /** The check every write of this instance carries. */
+  get fenceCheck(): { key: KvKey; versionstamp: string | null } {
+    return { key: this.#c.keys.fence(this.#c.instance), versionstamp: this.#fenceVs };
+  }
+
+  /** How many jobs it holds, and how many of them are tries. */
+  get figures(): { readonly held: number; readonly trying: number } {
+    let trying = 0;
+    for (const held of this.#held.values()) if (held.entry.trial) trying += 1;
+    return { held: this.#held.size, trying };
+  }
+
+  /** Whether it holds `id`. */
+  holds(id: string): boolean {
+    return this.#held.has(id);
+  }
+
+  /** Stop writing for good (the store closes). */
+  close(): void {
+    this.#closed = true;
+  }
+
+  /** A write found the fence moved: fenced until the next load. */
+  markFenced(): void {
+    this.#fenced = true;
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // Load
+
+  /** Take a new epoch for this instance and read back what it holds. */
+  load(signal?: AbortSignal): Promise<LoadResult> {
+    return this.#serial(signal, async () => {
+      const { kv, keys, instance } = this.#c;
+      const markers = await readMany(kv, keys.singleInstanceMarkers, signal);
+      if (markers.some((entry) => entry.versionstamp !== null)) {
+        throw new QueueConflictError(
+          "Cannot load the shared job store: its prefix holds a single-instance store " +
+            "(DenoKvJobStore or DenoKvWorkQueue); give the shared flow a prefix of its own",
+        );
+      }
+      for (let attempt = 1;; attempt++) {
+        signal?.throwIfAborted();
+        const [fence] = await readMany(kv, [keys.fence(instance)], signal);
+        const epoch = (fence.versionstamp === null ? 0 : decodeFence(fence.value)) + 1;
+        const result = await retryLocked(
+          () =>
+            kv.atomic()
+              .check({ key: keys.fence(instance), versionstamp: fence.versionstamp })
+              .set(keys.fence(instance), encodeFence(epoch))
+              .set(keys.lease(instance), this.#c.leaseFor(epoch))
+              .commit(),
+          signal,
+        );
+        if (result.ok) {
+          this.#epoch = epoch;
+          this.#fenceVs = result.versionstamp;
+          this.#fenced = false;
+          this.#closed = false;
+          break;
+        }
+        if (attempt >= LOAD_ATTEMPTS) {
+          throw new Error(
+            `Cannot load the shared job store: instance ${instance}'s fence moved ${attempt} times`,
+          );
+        }
+      }
+      // Fenced the previous epoch; until the read below lands, memory is not to be trusted.
+      this.#stale = true;
+      await this.#syncHeld("load", signal);
+      const unconfirmed: UnconfirmedMessage[] = [];
+      for (const [messageId, { entry, payload }] of this.#held) {
+        const trial = entry.trial;
+        if (!trial?.accepted || trial.confirmed) continue;
+        unconfirmed.push({
+          messageId,
+          seq: trial.seq,
+          payload,
+          attempt: entry.record.attempts,
+          timeout: tryTimeout(entry.record, this.#c.settings.defaults),
+        });
+      }
+      unconfirmed.sort((a, b) => a.seq - b.seq);
+      return { epoch: this.#epoch, state: { currentSeq: this.#currentSeq, unconfirmed } };
+    });
+  }
+
+  /**
+   * Read what this instance holds in KV and make memory agree: jobs memory knows take KV's
+   * state; on a load, accepted unconfirmed tries are kept (the controller runs them again);
+   * anything else KV holds for it goes back to the backlog; what memory held that KV does not
+   * is forgotten.
+   */
+  async #syncHeld(mode: "load" | "reread", signal?: AbortSignal): Promise<void> {
+    const { kv, keys, instance, clock, settings, random } = this.#c;
+    const [fence, cursor] = await readMany(
+      kv,
+      [keys.fence(instance), keys.cursor(instance)],
+      signal,
+    );
+    if (fence.versionstamp !== this.#fenceVs) {
+      this.#fenced = true;
+      throw new QueueFencedError(`Cannot read: instance ${instance} was fenced by another process`);
+    }
+    const found = await this.#readHeld(signal);
+    const now = clock.now();
+    const next = new Map<string, Held>();
+    const changes: Change[] = [];
+    const notices: BacklogNotice[] = [];
+    const needPayload: string[] = [];
+    for (const [id, { entry, cancelRequested }] of found.jobs) {
+      const mine = this.#held.get(id);
+      if (mine) {
+        next.set(id, { entry, payload: mine.payload, handed: mine.handed });
+        continue;
+      }
+      if (mode === "load" && entry.trial?.accepted && !entry.trial.confirmed) {
+        next.set(id, { entry, payload: entry.payload ?? "", handed: true });
+        if (entry.payload === undefined) needPayload.push(id);
+        continue;
+      }
+      const { record, lost } = recover(entry, {
+        defaults: settings.defaults,
+        now,
+        random,
+        cancelRequested,
+        instance,
+      });
+      const change = new Change();
+      settle(change, this.#placement, entry, record, lost);
+      changes.push(change);
+      notices.push({ job: infoOf(record, now), previous: entry.record.state });
+    }
+    for (const id of found.strays) {
+      changes.push(new Change().delete(keys.owned(instance, id)).delete(keys.cancel(instance, id)));
+    }
+    if (changes.length > 0) {
+      const outcome = await commitChanges(kv, keys, [this.fenceCheck], changes, signal);
+      if (!outcome.ok) {
+        this.#fenced = true;
+        throw new QueueFencedError(`Cannot write: instance ${instance} was fenced meanwhile`);
+      }
+    }
+    for (const id of needPayload) {
+      const held = next.get(id)!;
+      next.set(id, { ...held, payload: await this.#readPayload(held.entry, signal) });
+    }
+    let seq = cursor.versionstamp === null ? 0 : decodeCursor(cursor.value);
+    for (const { entry } of next.values()) seq = Math.max(seq, entry.trial?.seq ?? 0);
+    this.#held = next;
+    this.#currentSeq = seq;
+    this.#stale = false;
+    for (const notice of notices) this.#c.notify(notice);
+  }
+
+  /** The jobs KV says this instance holds, and owned keys whose job is not its (strays). */
+  async #readHeld(signal?: AbortSignal): Promise<{ jobs: Map<string, Found>; strays: string[] }> {
+    const { kv, keys, instance } = this.#c;
+    const depth = keys.ownedBy(instance).length;
+    const idsOf = (entries: { key: readonly unknown[] }[]) =>
+      entries.flatMap((entry) => typeof entry.key[depth] === "string" ? [entry.key[depth]] : []);
+    const owned = idsOf(await listAll(kv, { prefix: keys.ownedBy(instance) }, undefined, signal));
+    const cancels = new Set(
+      idsOf(await listAll(kv, { prefix: keys.cancelsFor(instance) }, undefined, signal)),
+    );
+    const records = await readMany(kv, owned.map((id) => keys.record(id)), signal);
+    const jobs = new Map<string, Found>();
+    const strays: string[] = [];
+    owned.forEach((id, i) => {
+      const { versionstamp, value } = records[i];
+      const entry = versionstamp === null ? undefined : decodeStored(value, id).entry;
+      if (entry?.owner === instance) jobs.set(id, { entry, cancelRequested: cancels.has(id) });
+      else strays.push(id);
+    });
+    return { jobs, strays };
+  }
+
+  /** A held job's payload (inline, or read from its parts). */
+  async #readPayload(entry: Entry, signal?: AbortSignal): Promise<string> {
+    if (entry.payload !== undefined) return entry.payload;
+    const id = entry.record.id;
+    const keys = Array.from({ length: entry.parts ?? 0 }, (_, n) => this.#c.keys.part(id, n));
+    const parts = await readMany(this.#c.kv, keys, signal);
+    return joinPayload(parts.map((part) => part.value), id);
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // Claims
+
+  /** Claim up to `max` due jobs from the shared backlog. */
+  take(max: number): Promise<readonly ReadyJob[]> {
+    return this.#serial(undefined, async () => {
+      if (!this.live || this.#c.lapsed() || max <= 0) return [];
+      if (this.#stale) await this.#syncHeld("reread");
+      const ready: ReadyJob[] = [];
+      // Jobs claimed but never handed out (a take that failed after its claims landed).
+      for (const [id, held] of this.#held) {
+        if (ready.length >= max) return ready;
+        if (held.handed || held.entry.trial) continue;
+        this.#held.set(id, { ...held, handed: true });
+        ready.push(this.#readyJob(held));
+      }
+      const { count, rank } = this.#c.peers();
+      for (let round = 0; round < CLAIM_ROUNDS && ready.length < max; round++) {
+        const want = max - ready.length;
+        const now = this.#c.clock.now();
+        const listing = Math.min(MAX_CANDIDATES, Math.max(want, want * count));
+        const { due, nextDue } = await this.#c.backlog.candidates(listing, now);
+        this.nextDue = nextDue;
+        if (due.length === 0) break;
+        const chosen = choose(due, want, count, rank);
+        const won = await this.#claim(chosen);
+        for (const candidate of won) {
+          const entry = claimed(candidate.entry, this.#c.instance);
+          const payload = await this.#readPayload(entry);
+          const held: Held = { entry, payload, handed: true };
+          this.#held.set(entry.record.id, held);
+          ready.push(this.#readyJob(held));
+        }
+        if (!this.live) break;
+        if (won.length === chosen.length && due.length <= want) break; // everything due is ours
+      }
+      return ready;
+    });
+  }
+
+  /** Claim `chosen` in small commits; returns the ones that landed. */
+  async #claim(chosen: readonly Candidate[]): Promise<Candidate[]> {
+    const { kv, keys, instance } = this.#c;
+    const won: Candidate[] = [];
+    for (let i = 0; i < chosen.length; i += CLAIM_GROUP) {
+      const group = chosen.slice(i, i + CLAIM_GROUP);
+      const changes = group.map((candidate) =>
+        new Change()
+          .check(candidate.key, candidate.versionstamp)
+          .delete(candidate.key)
+          .set(
+            keys.record(candidate.entry.record.id),
+            encodeEntry(claimed(candidate.entry, instance)),
+          )
+          .set(keys.owned(instance, candidate.entry.record.id), EMPTY)
+      );
+      let outcome;
+      try {
+        outcome = await commitChanges(kv, keys, [this.fenceCheck], changes);
+      } catch (error) {
+        this.#stale = true; // the claims may have landed: read them back before the next call
+        throw error;
+      }
+      won.push(...group.slice(0, outcome.applied));
+      if (!outcome.ok && (await this.#fenceMoved())) {
+        this.#fenced = true;
+        break;
+      }
+    }
+    return won;
+  }
+
+  #readyJob({ entry, payload }: Held): ReadyJob {
+    return {
+      messageId: entry.record.id,
+      payload,
+      attempt: entry.record.attempts + 1,
+      timeout: tryTimeout(entry.record, this.#c.settings.defaults),
+    };
+  }
+
+  async #fenceMoved(): Promise<boolean> {
+    const [fence] = await readMany(this.#c.kv, [this.#c.keys.fence(this.#c.instance)]);
+    return fence.versionstamp !== this.#fenceVs;
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // Tries: the controller's work queue
+
+  /** Stores, accepts and confirms all-or-nothing, in one commit. */
+  commit(epoch: number, batch: QueueBatch, signal?: AbortSignal): Promise<QueueBatchResult> {
+    batch = copyBatch(batch); // read now: the call may run after the caller changed it
+    return this.#serial(signal, () => this.#apply(epoch, batch, signal));
+  }
+
+  /** Store one job (see `commit`). */
+  async store(
+    epoch: number,
+    messageId: string,
+    proposedSeq: number,
+    payload: string,
+    signal?: AbortSignal,
+  ): Promise<StoreResult> {
+    const batch = { store: { firstSeq: proposedSeq, jobs: [{ messageId, payload }] } };
+    const result = await this.#serial(signal, () => this.#apply(epoch, batch, signal));
+    return result.stored[0];
+  }
+
+  async #apply(epoch: number, batch: QueueBatch, signal?: AbortSignal): Promise<QueueBatchResult> {
+    if (epoch === 0 || epoch !== this.#epoch || this.#fenced || this.#closed) {
+      throw new QueueFencedError(
+        `Cannot write: epoch ${epoch} of instance ${this.#c.instance} is fenced (current ${this.#epoch})`,
+      );
+    }
+    if (this.#stale) await this.#syncHeld("reread", signal);
+    const { keys, instance, clock, settings, random } = this.#c;
+    const now = clock.now();
+    const jobs = batch.store?.jobs ?? [];
+    for (const job of jobs) checkJob(job.messageId, job.payload, this.#c.maxPayloadBytes);
+    const fresh = new Set(
+      jobs.map((job) => job.messageId).filter((id) => !this.#held.get(id)?.entry.trial),
+    );
+    if (fresh.size > 0 && batch.store!.firstSeq !== this.#currentSeq + 1) {
+      throw new QueueConflictError(
+        `Cannot store a batch at ${batch.store!.firstSeq}: the next sequence is ${
+          this.#currentSeq + 1
+        }`,
+      );
+    }
+    for (const id of batch.accept ?? []) {
+      if (!this.#held.get(id)?.entry.trial && !fresh.has(id)) {
+        throw new QueueConflictError(`Cannot accept ${id}: unknown MessageID`);
+      }
+    }
+    const adopting = await this.#readForAdoption(
+      [...fresh].filter((id) => !this.#held.has(id)),
+      signal,
+    );
+    // The batch's effect, per job, applied to memory once it is durable.
+    const draft = new Map<string, Held | null>();
+    const current = (id: string) => draft.has(id) ? draft.get(id) ?? undefined : this.#held.get(id);
+    const changes = new Map<string, Change>();
+    const changeOf = (id: string) => {
+      let change = changes.get(id);
+      if (!change) changes.set(id, change = new Change());
+      return change;
+    };
+    const notices: BacklogNotice[] = [];
+    let seq = this.#currentSeq;
+    const stored: StoreResult[] = [];
+    for (const job of jobs) {
+      const id = job.messageId;
+      const held = current(id);
+      if (held?.entry.trial) {
+        stored.push({ seq: held.entry.trial.seq, alreadyStored: true, payload: held.payload });
+        continue;
+      }
+      seq += 1;
+      const change = changeOf(id);
+      const base = held ?? this.#adopt(change, adopting.get(id)!, job.payload, now);
+      // A job claimed from the shared backlog needs no separate Accept (as in the engine): the
+      // backlog is the producer's recoverable source, and this write takes the job out of it.
+      const entry = started(base.entry, seq, now, held !== undefined);
+      change.move(base.entry.record.state, "active");
+      draft.set(id, { ...base, entry, handed: true });
+      notices.push({ job: infoOf(entry.record, now), previous: base.entry.record.state });
+      stored.push({ seq, alreadyStored: false, payload: base.payload });
+    }
+    for (const id of batch.accept ?? []) {
+      const held = current(id)!;
+      const trial = held.entry.trial!;
+      // Already accepted: a repeat, or a job claimed from the backlog. Nothing to write.
+      if (!trial.accepted) {
+        draft.set(id, { ...held, entry: { ...held.entry, trial: { ...trial, accepted: true } } });
+        changeOf(id);
+      }
+    }
+    for (const id of batch.confirm ?? []) {
+      const held = current(id);
+      const trial = held?.entry.trial;
+      if (!held || !trial || trial.confirmed) continue;
+      const outcome = batch.outcomes?.get(id);
+      const confirmed = { ...trial, confirmed: true, ...(outcome ? { outcome } : {}) };
+      draft.set(id, { ...held, entry: { ...held.entry, trial: confirmed } });
+      changeOf(id);
+    }
+    for (const [id, change] of changes) {
+      const held = current(id)!;
+      const trial = held.entry.trial!;
+      if (!trial.accepted || !trial.confirmed) {
+        change.set(keys.record(id), encodeEntry(held.entry));
+        continue;
+      }
+      const record = finished(held.entry, trial.outcome, settings.defaults, now, random);
+      settle(change, this.#placement, held.entry, record);
+      draft.set(id, null);
+      notices.push({ job: infoOf(record, now), previous: "active" });
+    }
+    const all = [...changes.values()];
+    if (seq !== this.#currentSeq) {
+      all.push(new Change().set(keys.cursor(instance), encodeCursor(seq)));
+    }
+    if (all.length === 0) return { stored };
+    let outcome;
+    try {
+      outcome = await commitChanges(this.#c.kv, keys, [this.fenceCheck], all, signal);
+    } catch (error) {
+      this.#stale = true; // some of it may have landed
+      throw error;
+    }
+    if (!outcome.ok) {
+      if (outcome.applied > 0) this.#stale = true;
+      if (await this.#fenceMoved()) {
+        this.#fenced = true;
+        throw new QueueFencedError(
+          `Cannot write: instance ${instance} was fenced by another process (epoch ${epoch})`,
+        );
+      }
+      // A job adopted here changed meanwhile: a retriable error, the next attempt reads it again.
+      throw new Error(`Cannot commit: a job changed under instance ${instance}; retry`);
+    }
+    for (const [id, held] of draft) {
+      if (held) this.#held.set(id, held);
+      else this.#held.delete(id);
+    }
+    this.#currentSeq = seq;
+    for (const notice of notices) this.#c.notify(notice);
+    return { stored };
+  }
+
+  /** What KV holds for MessageIDs stored here without a claim (plain work-queue use). */
+  async #readForAdoption(
+    ids: readonly string[],
+    signal?: AbortSignal,
+  ): Promise<Map<string, Adoption>> {
+    const { kv, keys } = this.#c;
+    const entries = await readMany(kv, ids.map((id) => keys.record(id)), signal);
+    const found = new Map<string, Adoption>();
+    for (const [i, id] of ids.entries()) {
+      const { value, versionstamp } = entries[i];
+      const entry = versionstamp === null ? undefined : decodeStored(value, id).entry;
+      if (entry) {
+        if (entry.owner !== undefined) {
+          throw new QueueConflictError(`Cannot store ${id}: instance ${entry.owner} holds it`);
+        }
+        const payload = await this.#readPayload(entry, signal);
+        found.set(id, { id, entry, versionstamp: versionstamp!, payload });
+      } else found.set(id, { id, finishedVs: versionstamp });
+    }
+    return found;
+  }
+
+  /** Take over a job stored without a claim: a queued or dead one, or a new one. */
+  #adopt(change: Change, adoption: Adoption, payload: string, now: number): Held {
+    const { keys, instance } = this.#c;
+    const id = adoption.id;
+    change.set(keys.owned(instance, id), EMPTY);
+    if (adoption.entry) {
+      const { entry } = adoption;
+      change.check(keys.record(id), adoption.versionstamp!);
+      if (entry.record.state === "dead") {
+        change.delete(keys.deadEntry(entry.record.finishedAt ?? 0, id));
+      } else change.delete(readyKeyOf(keys, entry));
+      return { entry: claimed(entry, instance), payload: adoption.payload!, handed: true };
+    }
+    change.check(keys.record(id), adoption.finishedVs ?? null);
+    const record: JobRecord = newRecord(id, planJob({}, now), now);
+    change.move(undefined, record.state);
+    let entry: Entry;
+    if (utf8Bytes(payload) <= INLINE_BYTES) entry = { record, order: 0, payload, owner: instance };
+    else {
+      const parts = splitPayload(payload);
+      parts.forEach((part, n) => change.set(keys.part(id, n), part));
+      entry = { record, order: 0, parts: parts.length, owner: instance };
+    }
+    return { entry, payload, handed: true };
+  }
+
+  // ------------------------------------------------------------------------------------------
+  // Leaving
+
+  /**
+   * Hand everything back to the shared backlog (claims, and tries undone) and remove the lease:
+   * a graceful exit, so no survivor has to wait for the lease to lapse.
+   */
+  leave(): Promise<number> {
+    return this.#serial(undefined, async () => {
+      if (this.#epoch === 0 || this.#fenced) return 0;
+      const { kv, keys, instance, clock } = this.#c;
+      if (this.#stale) await this.#syncHeld("reread");
+      const now = clock.now();
+      const changes: Change[] = [];
+      const notices: BacklogNotice[] = [];
+      for (const { entry } of this.#held.values()) {
+        const record = recover(
+          { ...entry, trial: entry.trial && { ...entry.trial, accepted: false } },
+          { ...this.#recoveryOptions(now), cancelRequested: false },
+        ).record;
+        const change = new Change();
+        settle(change, this.#placement, entry, record);
+        changes.push(change);
+        notices.push({ job: infoOf(record, now), previous: entry.record.state });
+      }
+      changes.push(new Change().delete(keys.lease(instance)).delete(keys.cursor(instance)));
+      const outcome = await commitChanges(kv, keys, [this.fenceCheck], changes);
+      if (!outcome.ok) {
+        this.#fenced = true;
+        return 0;
+      }
+      const count = this.#held.size;
+      this.#held.clear();
+      this.#closed = true;
+      for (const notice of notices) this.#c.notify(notice);
+      return count;
+    });
+  }
+
+  #recoveryOptions(now: number) {
+    return {
+      defaults: this.#c.settings.defaults,
+      now,
+      random: this.#c.random,
+      instance: this.#c.instance,
+    };
+  }
+
+  /** Calls run one at a time in call order; one aborted while waiting never runs. */
+  #serial<T>(signal: AbortSignal | undefined, task: () => Promise<T>): Promise<T> {
+    const run = this.#tail.then(() => {
+      signal?.throwIfAborted();
+      return task();
+    });
+    this.#tail = run.then(() => {}, () => {});
+    return run;
+  }
+}
+
+/** What KV holds for a MessageID stored without a claim. */
+interface Adoption {
+  readonly id: string;
+  /** A live, unheld job (queued or dead). */
+  readonly entry?: Entry;
+  readonly versionstamp?: string;
+  readonly payload?: string;
+  /** The versionstamp of a finished record there (replaced by the new job). */
+  readonly finishedVs?: string | null;
+}
+
+/**
+ * Which `want` of the due candidates to claim: whole bands first (highest priority first); in
+ * the band that has more than is wanted, this instance's share first (the MessageID's hash
+ * modulo the live instances equals its rank), then the others, each in ready order.
+ */
+export function choose(
+  due: readonly Candidate[],
+  want: number,
+  count: number,
+  rank: number,
+): Candidate[] {
+  if (due.length <= want) return [...due];
+  const chosen: Candidate[] = [];
+  for (let i = 0; i < due.length && chosen.length < want;) {
+    let j = i;
+    while (j < due.length && due[j].band === due[i].band) j++;
+    const band = due.slice(i, j);
+    const room = want - chosen.length;
+    if (band.length <= room) chosen.push(...band);
+    else {
+      const mine = (c: Candidate) => count <= 1 || hash(c.entry.record.id) % count === rank;
+      chosen.push(...[...band.filter(mine), ...band.filter((c) => !mine(c))].slice(0, room));
+    }
+    i = j;
+  }
+  return chosen;
+}
+
+/** FNV-1a, 32 bits. */
+function hash(text: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    h ^= text.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+function copyBatch(batch: QueueBatch): QueueBatch {
+  return {
+    ...(batch.store
+      ? {
+        store: {
+          firstSeq: batch.store.firstSeq,
+          jobs: batch.store.jobs.map((job) => ({ messageId: job.messageId, payload: job.payload })),
+        },
+      }
+      : {}),
+    ...(batch.accept ? { accept: [...batch.accept] } : {}),
+    ...(batch.confirm ? { confirm: [...batch.confirm] } : {}),
+    ...(batch.outcomes ? { outcomes: new Map(batch.outcomes) } : {}),
+  };
+}
+
+function checkJob(messageId: string, payload: string, maxBytes: number): void {
+  if (typeof messageId !== "string" || messageId.trim() === "") {
+    throw new TypeError("Cannot store a job: messageId must be a non-blank string");
+  }
+  if (typeof payload !== "string" || payload === "") {
+    throw new TypeError(`Cannot store ${messageId}: payload must be non-empty JSON text`);
+  }
+  if (payload.length * 3 > maxBytes && utf8Bytes(payload) > maxBytes) {
+    throw new RangeError(
+      `Cannot store ${messageId}: its payload is ${
+        utf8Bytes(payload)
+      } bytes; the maximum is ${maxBytes}`,
+    );
+  }
+}

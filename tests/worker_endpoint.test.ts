@@ -201,6 +201,54 @@ describe("worker endpoint sub-flow", () => {
     assert.equal(Math.max(...confirmations), 2);
   });
 
+  test("a job completed under an earlier binding is confirmed without running again when it returns", async () => {
+    const { controller, started, releaseNext } = gatedWorker({ window: 4 });
+    controller.registered("s1", "b1");
+    controller.jobs(1, ["j1"]);
+    await quiesce();
+    await releaseNext(); // j1 completes under b1; its confirmation is lost with the binding
+    controller.registered("s1", "b2", 1); // a fresh sub-flow: j1 came back with j2
+    controller.jobs(1, ["j1", "j2"]);
+    await quiesce();
+    assert.deepEqual(started.map((d) => d.messageId), ["j1", "j2"], "j1 ran once, j2 runs");
+    await releaseNext();
+    const confirmed = [...controller.ofType("ack"), ...controller.ofType("request")]
+      .map((f) => f.confirmed);
+    assert.equal(Math.max(...confirmed), 2, "both sequences of b2 are confirmed");
+  });
+
+  test("remembers only its recent completions: one older than 1,024 completions runs again", async () => {
+    const clock = new SimulatedClock();
+    const ran: string[] = [];
+    const worker = new WorkerEndpoint<string>({
+      producer: "jobs",
+      name: "w",
+      clock,
+      window: 100,
+      handler: (delivery) => void ran.push(delivery.messageId),
+    });
+    const controller = new ScriptedController(worker);
+    controller.registered("s1", "b1");
+    for (let seq = 1; seq <= 1100; seq += 100) {
+      controller.jobs(seq, Array.from({ length: 100 }, (_, i) => `j${seq + i}`));
+      await quiesce();
+    }
+    assert.equal(ran.length, 1100);
+    controller.registered("s1", "b2", 1); // j1..j1100 completed under b1
+    controller.jobs(1, ["j1100", "j76"]); // j1100 is recent; j76 is older than the last 1,024
+    await quiesce();
+    assert.deepEqual(ran.slice(1100), ["j76"]);
+    // 1,024 more completions under b2: j1100 (b1) has left the memory too.
+    for (let seq = 3; seq < 3 + 1024; seq += 32) {
+      controller.jobs(seq, Array.from({ length: 32 }, (_, i) => `k${seq + i}`));
+      await quiesce();
+    }
+    assert.equal(ran.length, 1100 + 1 + 1024);
+    controller.jobs(1027, ["j1100"]);
+    await quiesce();
+    assert.equal(ran.at(-1), "j1100");
+  });
+
   test("is heard at least once per tick, and re-registers when the controller is quiet", async () => {
     const { controller, clock } = gatedWorker({ resendInterval: 1000 });
     controller.registered(); // the worker answers with a request

@@ -5,22 +5,29 @@
  * spend almost nothing per job (they read the sequence range of each jobs frame from its text).
  * What it measures is what the controller process spends per job in the network benchmark,
  * minus the socket work: the number to drive down when the controller is the bottleneck.
+ * Beside the CPU time it prints the bytes allocated per job (V8's `total_allocated_bytes`, where
+ * the runtime has it): what the young-generation collector has to sweep.
  *
- *   deno run -A bench/tools/controller_cpu.ts [jobs=300000] [rounds=5] [--profile]
+ * `--outcomes` measures the job-queue mode instead: the controller with a `MemoryWorkQueue` and
+ * `outcomes` on, workers announcing feature `outcomes` (their jobs frames carry try numbers and
+ * every confirmation goes through the durable lane with its outcome).
+ *
+ *   deno run -A bench/tools/controller_cpu.ts [jobs=300000] [rounds=5] [--profile] [--outcomes]
  *
  * @module
  */
 
 import { mkdirSync } from "node:fs";
 import process from "node:process";
-import { BufferedProducer, type Link, WorkPullingController } from "../../mod.ts";
+import v8 from "node:v8";
+import { BufferedProducer, type Link, MemoryWorkQueue, WorkPullingController } from "../../mod.ts";
 import { printTop, startProfiling, stopProfiling } from "../lib/profile.ts";
 import { median } from "../lib/stats.ts";
 import { commandLine, numberArg } from "../lib/cli.ts";
 import { repoPath } from "../lib/runtime.ts";
 
 const { values, positionals } = commandLine({
-  usage: "deno run -A bench/tools/controller_cpu.ts [jobs] [rounds] [--profile]",
+  usage: "deno run -A bench/tools/controller_cpu.ts [jobs] [rounds] [--profile] [--outcomes]",
   summary: "The controller's CPU time per job without sockets (4 scripted workers, window 100).",
   positionals: [
     { name: "jobs", help: "jobs per round (default 300000)" },
@@ -28,14 +35,23 @@ const { values, positionals } = commandLine({
   ],
   flags: {
     profile: { kind: "switch", help: "record a CPU profile into .tmp/profiles and summarize it" },
+    outcomes: {
+      kind: "switch",
+      help: "job-queue mode: a MemoryWorkQueue, outcomes on, workers with feature outcomes",
+    },
   },
 });
 const jobs = numberArg("jobs", positionals[0], 300_000);
 const rounds = numberArg("rounds", positionals[1], 5);
+const outcomes = values.outcomes === true;
 const WINDOW = 100;
 
 const producer = new BufferedProducer<{ n: number }>();
-const controller = new WorkPullingController({ name: "bench", producer });
+const controller = new WorkPullingController({
+  name: "bench",
+  producer,
+  ...(outcomes ? { queue: new MemoryWorkQueue(), outcomes: true } : {}),
+});
 await controller.start();
 let confirmedTotal = 0;
 let target = 0;
@@ -83,33 +99,53 @@ for (let w = 0; w < 4; w++) {
     close() {},
   };
   const receiver = controller.attach(link);
+  const features = outcomes ? ',"features":["outcomes"]' : "";
   receiver.receive(
-    `{"type":"register","producer":"bench","worker":"w${w}","incarnation":"i${w}","nonce":"${nonce}","resendInterval":2000}`,
+    `{"type":"register","producer":"bench","worker":"w${w}","incarnation":"i${w}","nonce":"${nonce}","resendInterval":2000${features}}`,
   );
 }
 
-/** CPU time (user + system) of this process for `count` jobs, ms: robust to other load. */
-async function batch(count: number): Promise<number> {
+/** Bytes allocated on the JavaScript heap so far (V8 only: Bun's figure is not a running total). */
+function allocatedBytes(): number | undefined {
+  if ("Bun" in globalThis) return undefined;
+  const stats = v8.getHeapStatistics() as { total_allocated_bytes?: number };
+  return stats.total_allocated_bytes;
+}
+
+/**
+ * CPU time (user + system) of this process for `count` jobs, ms (robust to other load), and the
+ * bytes allocated meanwhile.
+ */
+async function batch(count: number): Promise<{ ms: number; bytes: number | undefined }> {
   target = confirmedTotal + count;
   const finished = new Promise<void>((resolve) => (finish = resolve));
+  const allocated = allocatedBytes();
   const start = process.cpuUsage();
   for (let n = 0; n < count; n++) producer.submit({ n }).catch(() => {});
   await finished;
   await new Promise((resolve) => setTimeout(resolve, 0));
   const used = process.cpuUsage(start);
-  return (used.user + used.system) / 1000;
+  const after = allocatedBytes();
+  const bytes = allocated === undefined || after === undefined ? undefined : after - allocated;
+  return { ms: (used.user + used.system) / 1000, bytes };
 }
 
 await batch(jobs / 2);
 const profile = values.profile === true;
 if (profile) await startProfiling();
 const times: number[] = [];
-for (let i = 0; i < rounds; i++) times.push(await batch(jobs));
+const bytes: number[] = [];
+for (let i = 0; i < rounds; i++) {
+  const round = await batch(jobs);
+  times.push(round.ms);
+  if (round.bytes !== undefined) bytes.push(round.bytes / jobs);
+}
 console.log(
-  `controller + producer, CPU time: ${
+  `controller + producer${outcomes ? " (outcomes)" : ""}, CPU time: ${
     median(times.map((ms) => ms * 1000 / jobs)).toFixed(2)
   } µs/job ` +
-    `(rounds: ${times.map((ms) => (ms * 1000 / jobs).toFixed(2)).join(", ")})`,
+    `(rounds: ${times.map((ms) => (ms * 1000 / jobs).toFixed(2)).join(", ")})` +
+    (bytes.length ? `; allocated: ${Math.round(median(bytes))} bytes/job` : ""),
 );
 if (profile) {
   const dir = repoPath(".tmp", "profiles");

@@ -64,7 +64,7 @@ import {
 import type { BatchStoreJob, StoreResult, WorkQueueState } from "../queue/work_queue.ts";
 import { CloseCode, type Link, type LinkReceiver } from "../transport/link.ts";
 import * as v from "valibot";
-import { Binding, type Job } from "./binding.ts";
+import { Binding, type Job, newJob } from "./binding.ts";
 import {
   DurableLane,
   type LaneUnit,
@@ -175,28 +175,29 @@ type Handshake =
     readonly phase: "store";
     readonly token: string;
     readonly ids: readonly string[];
-    /** Results known without a store, by position. */
-    readonly known: readonly (StoreResult | undefined)[];
-    /** Each job's try number and timeout, by position (job queues). */
-    readonly tries: readonly Tries[] | undefined;
-    /** The MessageIDs to accept into the pool (recently completed ones are not). */
-    readonly accept: readonly string[];
+    /** The jobs as produced (their tries), by position. */
+    readonly produced: readonly Tries[];
+    /** Their payloads' JSON text, by position. */
+    readonly texts: readonly string[];
+    /**
+     * Results known without a store (jobs held or completed recently), by position; undefined
+     * when none is known.
+     */
+    readonly known: readonly (StoreResult | undefined)[] | undefined;
   }
   | {
     readonly phase: "stored-ack";
     readonly token: string;
     readonly ids: readonly string[];
-    readonly jobs: readonly Job[];
     readonly stored: Stored;
-    /** The MessageIDs to accept into the pool (recently completed ones are not). */
-    readonly accept: readonly string[];
+    /** The jobs to accept into the pool (not those held or completed recently), in order. */
+    readonly accept: readonly Job[];
   }
   | {
     readonly phase: "accept";
     readonly token: string;
     readonly ids: readonly string[];
-    readonly jobs: readonly Job[];
-    readonly accept: readonly string[];
+    readonly accept: readonly Job[];
   };
 
 /** The controller's view of one attached link. */
@@ -563,8 +564,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     // run again, across a restart too.
     for (const { messageId, seq } of recentlyCompleted ?? []) this.#completed.set(messageId, seq);
     for (const { messageId, seq, payload, attempt, timeout, lost } of unconfirmed) {
-      const job: Job = { messageId, storeSeq: seq, payload, attempt, timeout };
-      if (lost) Object.assign(job, { lost, confirmFirst: true });
+      const job = newJob(messageId, seq, payload, attempt, timeout, lost);
       this.#pending.pushBack(job);
       this.#owned.set(messageId, job);
     }
@@ -1255,76 +1255,80 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
       }
       texts[i] = payload;
     }
-    // A job completed recently keeps its sequence and is not stored or dispatched again.
     // A job the controller holds (in the pool or at a worker: stored and accepted already) or
     // completed recently keeps its sequence and is neither stored, accepted nor dispatched again.
     // Skipping the queue for it also avoids accepting a job that is confirmed (and compacted)
     // while this handshake runs.
-    const accept: string[] = [];
-    const known: (StoreResult | undefined)[] = [];
-    const unknown: BatchStoreJob[] = [];
+    let known: (StoreResult | undefined)[] | undefined;
+    let fresh = ids.length;
     for (let i = 0; i < ids.length; i++) {
       const messageId = ids[i];
       const seq = this.#completed.get(messageId);
-      if (seq !== undefined) {
-        known.push({ seq, alreadyStored: true, payload: texts[i] });
-        continue;
-      }
-      const owned = this.#owned.get(messageId);
-      if (owned) {
-        known.push({ seq: owned.storeSeq, alreadyStored: true, payload: owned.payload });
-        continue;
-      }
-      accept.push(messageId);
-      known.push(undefined);
-      unknown.push({ messageId, payload: texts[i] });
+      const owned = seq === undefined ? this.#owned.get(messageId) : undefined;
+      if (seq === undefined && !owned) continue;
+      known ??= new Array(ids.length);
+      known[i] = owned
+        ? { seq: owned.storeSeq, alreadyStored: true, payload: owned.payload }
+        : { seq: seq!, alreadyStored: true, payload: texts[i] };
+      fresh -= 1;
     }
-    const tries = jobs.some((job) => job.attempt !== undefined || job.timeout !== undefined)
-      ? jobs.map(({ attempt, timeout, lost }): Tries =>
-        lost ? { attempt, timeout, lost, confirmFirst: true } : { attempt, timeout }
-      )
-      : undefined;
-    this.#handshake = { phase: "store", token: message.token, ids, known, tries, accept };
-    if (this.#lane && unknown.length > 0) {
+    this.#handshake = { phase: "store", token: message.token, ids, produced: jobs, texts, known };
+    if (this.#lane && fresh > 0) {
+      const unknown: BatchStoreJob[] = [];
+      for (let i = 0; i < ids.length; i++) {
+        if (!known?.[i]) unknown.push({ messageId: ids[i], payload: texts[i] });
+      }
       this.#lane.store(unknown, this.#storeSeq);
       this.#pumpLane();
       return;
     }
-    const results: StoreResult[] = new Array(unknown.length);
-    for (let i = 0; i < unknown.length; i++) {
-      if (this.#storeSeq >= MAX_SEQ) {
-        return this.#fail("protocol", new RangeError("store sequence space exhausted"));
-      }
-      results[i] = { seq: ++this.#storeSeq, alreadyStored: false, payload: unknown[i].payload };
+    if (this.#storeSeq > MAX_SEQ - fresh) {
+      return this.#fail("protocol", new RangeError("store sequence space exhausted"));
     }
-    this.#completeStore(results);
+    this.#completeStore(undefined);
   }
 
-  /** `results` are the store results of the jobs not known in advance, in order. */
-  #completeStore(results: readonly StoreResult[]): void {
+  /**
+   * `results` are the store results of the jobs not known in advance, in order; without a
+   * durable queue (undefined) those jobs take the next store sequences and keep their text.
+   */
+  #completeStore(results: readonly StoreResult[] | undefined): void {
     const handshake = this.#handshake;
     if (handshake.phase !== "store") return;
-    const { known, ids, tries } = handshake;
-    const jobs: Job[] = [];
-    const storedJobs: { messageId: string; seq: number }[] = [];
+    const { known, ids, produced, texts } = handshake;
+    const accept: Job[] = [];
+    const storedJobs: { messageId: string; seq: number }[] = new Array(ids.length);
     let next = 0;
-    for (let i = 0; i < known.length; i++) {
-      const result = known[i] ?? results[next++];
-      const job: Job = { messageId: ids[i], storeSeq: result.seq, payload: result.payload };
-      jobs.push(tries ? { ...job, ...tries[i] } : job);
+    for (let i = 0; i < ids.length; i++) {
+      const messageId = ids[i];
+      const held = known?.[i];
+      if (held) {
+        storedJobs[i] = { messageId, seq: held.seq };
+        continue;
+      }
+      let seq: number;
+      let payload: string;
+      if (results) {
+        const result = results[next++];
+        seq = result.seq;
+        payload = result.payload;
+        if (!result.alreadyStored) this.#totals.stored += 1;
+      } else {
+        seq = ++this.#storeSeq;
+        payload = texts[i];
+        this.#totals.stored += 1;
+      }
+      const { attempt, timeout, lost } = produced[i];
+      accept.push(newJob(messageId, seq, payload, attempt, timeout, lost));
+      storedJobs[i] = { messageId, seq };
     }
-    for (const job of jobs) storedJobs.push({ messageId: job.messageId, seq: job.storeSeq });
-    let fresh = 0;
-    for (const result of results) if (!result.alreadyStored) fresh += 1;
-    this.#totals.stored += fresh;
     const stored: Stored = { session: this.#session, token: handshake.token, jobs: storedJobs };
     this.#handshake = {
       phase: "stored-ack",
       token: handshake.token,
       ids: handshake.ids,
-      jobs,
       stored,
-      accept: handshake.accept,
+      accept,
     };
     this.#tellProducer((p) => p.onStored(stored));
   }
@@ -1342,9 +1346,10 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     if (session !== this.#session) return;
     const handshake = this.#handshake;
     if (handshake.phase === "stored-ack" && handshake.token === token) {
-      this.#handshake = { ...handshake, phase: "accept" };
-      if (this.#lane && handshake.accept.length > 0) {
-        this.#lane.accept(handshake.accept);
+      const { ids, accept } = handshake;
+      this.#handshake = { phase: "accept", token, ids, accept };
+      if (this.#lane && accept.length > 0) {
+        this.#lane.accept(accept.map((job) => job.messageId));
         this.#pumpLane();
       } else {
         this.#completeAccept();
@@ -1359,15 +1364,12 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   #completeAccept(): void {
     const handshake = this.#handshake;
     if (handshake.phase !== "accept") return;
-    // `accept` holds the batch's MessageIDs, in order, minus those known at Produced time: as
-    // long as the batch, it holds all of them, and the set is not needed.
-    const accept = handshake.accept.length === handshake.jobs.length
-      ? undefined
-      : new Set(handshake.accept);
-    for (const job of handshake.jobs) {
-      // A resubmission of a job the controller holds, or completed recently, is not dispatched twice.
-      if ((accept && !accept.has(job.messageId)) || this.#owned.has(job.messageId)) continue;
-      if (this.#options.outcomes && this.#cancelRequests.has(job.messageId)) {
+    // `accept` leaves out the jobs the controller held or completed recently at Produced time,
+    // and nothing else enters `#owned` while a handshake runs (only its own accept does): a
+    // resubmission is never dispatched twice.
+    const cancels = this.#options.outcomes && this.#cancelRequests.size > 0;
+    for (const job of handshake.accept) {
+      if (cancels && this.#cancelRequests.has(job.messageId)) {
         this.#cancelRequests.delete(job.messageId);
         this.#lane!.confirmWith(job.messageId, CANCELLED);
         this.#pumpLane();

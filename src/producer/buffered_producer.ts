@@ -83,26 +83,25 @@ function acceptedExecutor(resolve: () => void) {
 /**
  * One submitted job. Lean on purpose: a large backlog of waiting jobs is mostly these, so it
  * holds its receipt's settle functions directly, and its `accepted` promise is made only when
- * the receipt is (nobody can observe it before).
+ * someone asks the receipt for it.
  */
 class Item {
-  readonly promise: Promise<Receipt>;
   readonly resolve: (receipt: Receipt) => void;
   readonly reject: (error: unknown) => void;
-  /** The receipt's `accepted` promise, once the receipt exists. */
-  accepted: Promise<void> | undefined = undefined;
-  /** Settles `accepted`; undefined once settled (or before it exists). */
-  resolveAccepted: (() => void) | undefined = undefined;
-  /** The job was accepted before its receipt existed: `accepted` starts resolved. */
-  acceptedEarly = false;
+  /**
+   * The receipt's `accepted` promise and its settle function (undefined once settled), made
+   * when first asked for; before that, whether the job was accepted.
+   */
+  acceptance: { readonly promise: Promise<void>; resolve: (() => void) | undefined } | boolean =
+    false;
   stored = false;
 
+  /** Made right after its receipt's promise, whose settle functions it takes. */
   constructor(
-    readonly messageId: string,
+    /** Empty until the job is first produced, when a generated MessageID is made. */
+    public messageId: string,
     readonly payload: JsonText,
-    readonly confirmed: Deferred<DeliveryConfirmed> | undefined,
   ) {
-    this.promise = new Promise<Receipt>(receiptExecutor);
     this.resolve = settleReceipt!;
     this.reject = rejectReceipt!;
     settleReceipt = rejectReceipt = undefined;
@@ -110,23 +109,49 @@ class Item {
 
   /** The receipt's `accepted` promise (made on first use). */
   acceptedPromise(): Promise<void> {
-    if (this.accepted) return this.accepted;
-    if (this.acceptedEarly) return this.accepted = Promise.resolve();
-    this.accepted = new Promise<void>(acceptedExecutor);
-    this.resolveAccepted = settleAccepted;
+    const acceptance = this.acceptance;
+    if (typeof acceptance === "object") return acceptance.promise;
+    if (acceptance) {
+      const promise = Promise.resolve();
+      this.acceptance = { promise, resolve: undefined };
+      return promise;
+    }
+    const promise = new Promise<void>(acceptedExecutor);
+    this.acceptance = { promise, resolve: settleAccepted };
     settleAccepted = undefined;
-    return this.accepted;
+    return promise;
   }
 
   /** The job entered the pool. */
   markAccepted(): void {
-    const resolve = this.resolveAccepted;
-    if (resolve) {
-      this.resolveAccepted = undefined;
-      resolve();
-    } else if (!this.accepted) {
-      this.acceptedEarly = true;
+    const acceptance = this.acceptance;
+    if (typeof acceptance !== "object") {
+      this.acceptance = true;
+      return;
     }
+    const resolve = acceptance.resolve;
+    acceptance.resolve = undefined;
+    resolve?.();
+  }
+}
+
+/** What a submission resolves to; its `accepted` promise is made when first asked for. */
+class StoredReceipt implements Receipt {
+  readonly messageId: string;
+  readonly seq: number;
+  readonly confirmed: Promise<DeliveryConfirmed> | undefined;
+  readonly #item: Item;
+
+  constructor(item: Item, seq: number, confirmed: Promise<DeliveryConfirmed> | undefined) {
+    this.messageId = item.messageId;
+    this.seq = seq;
+    this.confirmed = confirmed;
+    this.#item = item;
+  }
+
+  /** Resolves when the job entered the pending pool. */
+  get accepted(): Promise<void> {
+    return this.#item.acceptedPromise();
   }
 }
 
@@ -157,8 +182,14 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
   #port: ProducerPort | undefined;
   #session = "";
   readonly #buffer = new Deque<Item>();
-  /** Items not yet stored, by MessageID (a resubmission while waiting joins the same item). */
-  readonly #waiting = new Map<string, Item>();
+  /**
+   * The receipts of jobs submitted with an explicit MessageID and not yet stored, by MessageID:
+   * a resubmission while waiting joins the same job. (A generated MessageID cannot be
+   * resubmitted before its receipt names it, which is when it is stored.)
+   */
+  readonly #waiting = new Map<string, Promise<Receipt>>();
+  /** Items not yet stored. */
+  #unstored = 0;
   readonly #confirmations = new Map<string, Deferred<DeliveryConfirmed>>();
   #grant: RequestNext | undefined;
   #answered: (Batch & { readonly message: Parameters<ProducerPort["produced"]>[0] }) | undefined;
@@ -180,7 +211,7 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
 
   /** Jobs submitted and not yet Stored. */
   get buffered(): number {
-    return this.#waiting.size;
+    return this.#unstored;
   }
 
   /**
@@ -188,7 +219,7 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
    * Rejects at once, losing nothing else, if the payload is not JSON-serializable, too large,
    * or the MessageID is invalid.
    */
-  submit(payload: T, options: SubmitOptions = {}): Promise<Receipt> {
+  submit(payload: T, options?: SubmitOptions): Promise<Receipt> {
     if (this.#closed) return Promise.reject(new Error("Cannot submit: the producer is closed"));
     const port = this.#port;
     if (!port) {
@@ -196,18 +227,23 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
         new Error("Cannot submit: the producer is not attached to a controller"),
       );
     }
-    const messageId = options.messageId ?? crypto.randomUUID();
-    if (
-      typeof messageId !== "string" || messageId.trim() === "" || messageId.length > MAX_ID_LENGTH
-    ) {
-      return Promise.reject(
-        new TypeError(
-          `Cannot submit: messageId must be a non-blank string of at most ${MAX_ID_LENGTH} characters`,
-        ),
-      );
+    const named = options?.messageId;
+    if (named !== undefined) {
+      if (typeof named !== "string" || named.trim() === "" || named.length > MAX_ID_LENGTH) {
+        return Promise.reject(
+          new TypeError(
+            `Cannot submit: messageId must be a non-blank string of at most ${MAX_ID_LENGTH} characters`,
+          ),
+        );
+      }
+      const existing = this.#waiting.get(named);
+      if (existing) return existing;
     }
-    const existing = this.#waiting.get(messageId);
-    if (existing) return existing.promise;
+    // A generated MessageID is made when the job is first produced (nobody can name it before),
+    // so a long backlog of waiting jobs does not hold one each; a delivery confirmation waits
+    // under it from the start.
+    const messageId = named ?? (port.deliveryConfirmation ? crypto.randomUUID() : "");
+    const label = messageId ? ` ${messageId}` : "";
     // Encoded once, here: the controller takes the text as it is, and later changes to the
     // caller's object cannot reach the job.
     let json: JsonText;
@@ -215,7 +251,7 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
       json = JsonText.encode(payload);
     } catch (error) {
       return Promise.reject(
-        new TypeError(`Cannot submit ${messageId}: the payload is not JSON-serializable`, {
+        new TypeError(`Cannot submit${label}: the payload is not JSON-serializable`, {
           cause: error,
         }),
       );
@@ -226,26 +262,28 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
     if (size > port.maxPayloadBytes) {
       return Promise.reject(
         new RangeError(
-          `Cannot submit ${messageId}: the payload is ${size} bytes; the maximum is ${port.maxPayloadBytes}`,
+          `Cannot submit${label}: the payload is ${size} bytes; the maximum is ${port.maxPayloadBytes}`,
         ),
       );
     }
-    const item = new Item(
-      messageId,
-      json,
-      port.deliveryConfirmation ? this.#confirmationFor(messageId) : undefined,
-    );
-    this.#waiting.set(messageId, item);
+    if (port.deliveryConfirmation) this.#confirmationFor(messageId);
+    const promise = new Promise<Receipt>(receiptExecutor);
+    const item = new Item(messageId, json); // takes the promise's settle functions
+    if (named !== undefined) this.#waiting.set(messageId, promise);
+    this.#unstored += 1;
     this.#buffer.pushBack(item);
     this.#answer();
-    return item.promise;
+    return promise;
   }
 
   /** Reject every job that is not Stored yet and refuse new ones. */
   close(reason: unknown = new Error("the producer was closed")): void {
     this.#closed = true;
-    for (const item of this.#waiting.values()) item.reject(reason);
+    // Every item not stored yet is in the buffer or in the answer waiting for its Stored.
+    for (const item of this.#answered?.items ?? []) if (!item.stored) item.reject(reason);
+    for (const item of this.#buffer) if (!item.stored) item.reject(reason);
     this.#waiting.clear();
+    this.#unstored = 0;
     this.#buffer.clear();
     this.#grant = undefined;
   }
@@ -286,15 +324,14 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
         const { messageId, seq } = jobs[i];
         const item = answered.items[i];
         if (item.messageId !== messageId) continue;
-        this.#waiting.delete(messageId);
         if (item.stored) continue; // a resubmission after a restart: the receipt was given already
         item.stored = true;
-        item.resolve({
-          messageId,
-          seq,
-          accepted: item.acceptedPromise(),
-          confirmed: item.confirmed?.promise,
-        });
+        this.#unstored -= 1;
+        if (this.#waiting.size > 0) this.#waiting.delete(messageId);
+        const confirmed = this.#confirmations.size > 0
+          ? this.#confirmations.get(messageId)?.promise
+          : undefined;
+        item.resolve(new StoredReceipt(item, seq, confirmed));
       }
       this.#stored = answered;
       this.#answered = undefined;
@@ -333,7 +370,10 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
     const message = {
       session: grant.session,
       token: grant.token,
-      jobs: items.map((item) => ({ messageId: item.messageId, payload: item.payload })),
+      jobs: items.map((item) => {
+        if (item.messageId === "") item.messageId = crypto.randomUUID();
+        return { messageId: item.messageId, payload: item.payload };
+      }),
     };
     this.#grant = undefined;
     this.#answered = { session: grant.session, token: grant.token, items, message };

@@ -35,8 +35,30 @@ export type DecodeResult<T> = { readonly ok: true; readonly frame: T } | DecodeF
 /** The default largest frame a controller accepts from a worker (bytes of text). */
 export const DEFAULT_MAX_WORKER_FRAME = 64 * 1024;
 
+/**
+ * A union's member schemas by the literal `type` each requires. A frame whose `type` names one
+ * is checked against that schema alone, which is what the variant would pick: the variant tries
+ * its members in turn and builds an issue (message included) for every `type` that does not
+ * match, which cost more than checking the frame itself. Any other frame goes to the variant,
+ * for its error.
+ */
+function schemasByType<T>(
+  union: { readonly options: readonly v.GenericSchema<unknown, T>[] },
+): ReadonlyMap<unknown, v.GenericSchema<unknown, T>> {
+  const byType = new Map<unknown, v.GenericSchema<unknown, T>>();
+  for (const schema of union.options) {
+    const type = (schema as unknown as { entries: { type: { literal: string } } }).entries.type;
+    byType.set(type.literal, schema);
+  }
+  return byType;
+}
+
+const WORKER_FRAMES = schemasByType<WorkerFrame>(WorkerFrameSchema);
+const CONTROLLER_FRAMES = schemasByType<ControllerFrame>(ControllerFrameSchema);
+
 function decode<T>(
-  schema: v.GenericSchema<unknown, T>,
+  union: v.GenericSchema<unknown, T>,
+  byType: ReadonlyMap<unknown, v.GenericSchema<unknown, T>>,
   data: unknown,
   maxLength: number,
 ): DecodeResult<T> {
@@ -54,7 +76,8 @@ function decode<T>(
   } catch {
     return { ok: false, reason: "malformed-json", detail: "frame is not valid JSON" };
   }
-  const result = v.safeParse(schema, json);
+  const type = typeof json === "object" && json !== null ? (json as { type?: unknown }).type : null;
+  const result = v.safeParse(byType.get(type) ?? union, json);
   if (result.success) return { ok: true, frame: result.output };
   const issue = result.issues[0];
   const path = issue.path?.map((item) => String(item.key)).join(".") ?? "";
@@ -76,7 +99,7 @@ export function decodeWorkerFrame(
   data: unknown,
   maxLength = DEFAULT_MAX_WORKER_FRAME,
 ): DecodeResult<WorkerFrame> {
-  return decode(WorkerFrameSchema, data, maxLength);
+  return decode(WorkerFrameSchema, WORKER_FRAMES, data, maxLength);
 }
 
 /**
@@ -93,7 +116,7 @@ export function decodeControllerFrame(
   data: unknown,
   maxLength = Number.MAX_SAFE_INTEGER,
 ): DecodeResult<ControllerFrame> {
-  return decode(ControllerFrameSchema, data, maxLength);
+  return decode(ControllerFrameSchema, CONTROLLER_FRAMES, data, maxLength);
 }
 
 /**

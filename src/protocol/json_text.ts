@@ -23,14 +23,19 @@ const fromStringify = Symbol("JsonText");
  * ```
  */
 export class JsonText {
-  /** The JSON text. */
-  readonly text: string;
+  // A private field behind a getter keeps the text immutable without `Object.freeze`, which
+  // costs a runtime call for every job a producer submits.
+  readonly #text: string;
 
   /** Use {@linkcode JsonText.encode}. */
   constructor(token: typeof fromStringify, text: string) {
     if (token !== fromStringify) throw new TypeError("Cannot create JsonText: use JsonText.encode");
-    this.text = text;
-    Object.freeze(this);
+    this.#text = text;
+  }
+
+  /** The JSON text. */
+  get text(): string {
+    return this.#text;
   }
 
   /** Encode `value`; throws a `TypeError` when it has no JSON form (undefined, a function, a cycle, a BigInt). */

@@ -283,12 +283,13 @@ export const ProducedJobSchema = v.strictObject({
 
 /** The answer to a grant: one job, or a batch of jobs each with its own MessageID. */
 export const ProducedSchema = v.union([
-  v.strictObject({ session: id, token: id, messageId: id, payload: v.unknown() }),
+  // The batch first: a union tries its members in order, and batches are the common case.
   v.strictObject({
     session: id,
     token: id,
     jobs: v.pipe(v.array(ProducedJobSchema), v.minLength(1)),
   }),
+  v.strictObject({ session: id, token: id, messageId: id, payload: v.unknown() }),
 ]);
 
 /** The jobs of a grant are stored: each with its producer-visible store sequence. */
@@ -560,8 +561,16 @@ export interface ProducedJob {
   readonly lost?: number;
 }
 
-/** The answer to a grant: one job, or a batch of jobs each with its own MessageID. */
+/** The answer to a grant: a batch of jobs each with its own MessageID, or one job. */
 export type Produced =
+  | {
+    /** Copied from the grant. */
+    readonly session: string;
+    /** Copied from the grant. */
+    readonly token: string;
+    /** 1..`maxJobs` jobs with distinct MessageIDs. */
+    readonly jobs: readonly ProducedJob[];
+  }
   | {
     /** Copied from the grant. */
     readonly session: string;
@@ -571,14 +580,6 @@ export type Produced =
     readonly messageId: string;
     /** The job's value. */
     readonly payload: unknown;
-  }
-  | {
-    /** Copied from the grant. */
-    readonly session: string;
-    /** Copied from the grant. */
-    readonly token: string;
-    /** 1..`maxJobs` jobs with distinct MessageIDs. */
-    readonly jobs: readonly ProducedJob[];
   };
 
 /** The jobs of a grant are stored, each with its producer-visible store sequence. */

@@ -53,7 +53,6 @@ import {
   optionsObject,
 } from "../core/options.ts";
 import { type Logger, loggerOption } from "../core/logger.ts";
-import { RecentMap } from "../core/recent_map.ts";
 import { SafeEventTarget } from "../core/safe_event_target.ts";
 import { decodeControllerFrame, encodeFrame } from "../protocol/codec.ts";
 import {
@@ -66,9 +65,11 @@ import {
   type RefusedFrame,
   type RegisteredFrame,
   type UnboundFrame,
+  type WireJob,
   type WorkerFrame,
 } from "../protocol/schemas.ts";
 import { CloseCode, type Link, type LinkReceiver } from "../transport/link.ts";
+import { RecentCompletions } from "./recent_completions.ts";
 
 /** One job handed to the handler. */
 export interface Delivery<T = unknown> {
@@ -228,30 +229,87 @@ export class RefusedEvent extends Event {
   }
 }
 
-/** A received job. */
-interface Buffered {
+/** A received job, as its jobs frame carried it (`attempt` and `timeout` with feature `outcomes`). */
+type Buffered = WireJob;
+
+/** The job taken from the buffer: running, or waiting to run again. */
+interface InFlight {
   readonly messageId: string;
   readonly payload: unknown;
   /** Its try number across the pool (feature `outcomes`). */
-  readonly attempt?: number;
+  readonly attempt: number | undefined;
   /** Its timeout, ms (feature `outcomes`). */
-  readonly timeout?: number;
-  /** Confirm what finished before starting it (feature `outcomes`). */
-  readonly confirmFirst?: boolean;
-}
-
-interface InFlight extends Buffered {
+  readonly timeout: number | undefined;
   readonly seq: number;
-  readonly abort: AbortController;
+  /** Made when the handler first reads `delivery.signal` (most never do). */
+  abort: AbortController | undefined;
+  /** Why the try was stopped, when that happened before its signal was made. */
+  stopped: Error | undefined;
   /** Local tries (without outcomes): 1, then 2, 3... after rejections. */
   localAttempt: number;
+  /** Whether its latest try runs with outcomes (reported, not retried here). */
+  outcomes: boolean;
   /** The deadline timer of a try with a timeout. */
-  deadline?: TimerHandle;
+  deadline: TimerHandle | undefined;
   /** Its try ended without the handler (timeout, cancel): whatever the handler does is ignored. */
-  abandoned?: boolean;
+  abandoned: boolean;
   /** Progress waiting for its turn (rate limit), and when progress was last sent. */
-  pendingProgress?: { value: unknown; timer: TimerHandle };
-  lastProgressAt?: number;
+  pendingProgress: { value: unknown; timer: TimerHandle } | undefined;
+  lastProgressAt: number | undefined;
+}
+
+/** The job's abort signal, made on first use (aborted at once if the try was stopped already). */
+function signalOf(job: InFlight): AbortSignal {
+  if (!job.abort) {
+    job.abort = new AbortController();
+    if (job.stopped) job.abort.abort(job.stopped);
+  }
+  return job.abort.signal;
+}
+
+/** Abort the job's signal, or remember why for when it is made. */
+function stopTry(job: InFlight, reason: Error): void {
+  if (job.abort) job.abort.abort(reason);
+  else job.stopped ??= reason;
+}
+
+/**
+ * What a handler gets. `signal` and `progress` are made on first use (they are accessors, so
+ * they also work destructured): a no-op handler costs no abort controller and no closure.
+ */
+class JobDelivery<T> implements Delivery<T> {
+  readonly messageId: string;
+  readonly seq: number;
+  readonly payload: T;
+  readonly attempt: number;
+  readonly #job: InFlight;
+  readonly #report: (job: InFlight, value: unknown) => void;
+  #progress: ((value: unknown) => void) | undefined = undefined;
+
+  constructor(job: InFlight, attempt: number, report: (job: InFlight, value: unknown) => void) {
+    this.messageId = job.messageId;
+    this.seq = job.seq;
+    this.payload = job.payload as T;
+    this.attempt = attempt;
+    this.#job = job;
+    this.#report = report;
+  }
+
+  get signal(): AbortSignal {
+    return signalOf(this.#job);
+  }
+
+  get progress(): (value: unknown) => void {
+    const job = this.#job;
+    const report = this.#report;
+    return this.#progress ??= (value) => report(job, value);
+  }
+}
+
+/** Whether a handler returned a promise (or another thenable) rather than a plain value. */
+function isThenable(value: unknown): boolean {
+  return value !== null && (typeof value === "object" || typeof value === "function") &&
+    typeof (value as { then?: unknown }).then === "function";
 }
 
 /** Sent at most this often per job, ms. */
@@ -323,7 +381,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   #outcomes = false;
   #inFlight: InFlight | undefined;
   #running = false;
-  readonly #completed = new RecentMap<string, true>(REMEMBERED_COMPLETIONS);
+  readonly #completed = new RecentCompletions(REMEMBERED_COMPLETIONS);
   #sawTraffic = false;
   #sawJobs = false;
   #sentSinceTick = false;
@@ -338,6 +396,14 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   readonly #abort = new AbortController();
   #processed = 0;
   readonly #logger: Logger;
+  /** Jobs whose handler returned a plain value, and the value, until their microtask runs. */
+  readonly #returned: unknown[] = [];
+  readonly #onReturned = () => {
+    const job = this.#returned.shift() as InFlight;
+    const value = this.#returned.shift();
+    this.#onResolved(job, value);
+  };
+  readonly #reportProgress = (job: InFlight, value: unknown) => this.#progress(job, value);
 
   /** Validates `options`, throwing an error that names a bad option. */
   constructor(options: WorkerEndpointOptions<T>) {
@@ -454,7 +520,9 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     this.#closing = new Promise<void>((resolve) => {
       const timer = this.#clock.setTimeout(() => {
         this.#settled = undefined;
-        this.#inFlight?.abort.abort(new Error(`drain time of ${this.#drainTimeout} ms ran out`));
+        if (this.#inFlight) {
+          stopTry(this.#inFlight, new Error(`drain time of ${this.#drainTimeout} ms ran out`));
+        }
         this.#inFlight = undefined; // not confirmed: the controller requeues it
         this.#finishClose("worker closed; drain time ran out");
         resolve();
@@ -636,6 +704,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       this.#expectedSeq = frame.nextSeq;
       this.#confirmedSeq = frame.nextSeq - 1;
       this.#forgetSubFlow(new Error("the binding ended; the job went to another worker"));
+      this.#completed.adopt(); // jobs completed under earlier bindings may come back in this one
       this.dispatchEvent(new BoundEvent(frame.session, frame.binding));
     }
     this.#live = true;
@@ -699,21 +768,19 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     if (frame.session !== this.#session) return;
     this.#sawTraffic = true;
     let duplicate = false;
-    frame.jobs.forEach((job, i) => {
+    const jobs = frame.jobs;
+    for (let i = 0; i < jobs.length; i++) {
       const seq = frame.seq + i;
-      if (seq > this.#requestUpTo) return; // beyond the demand granted
-      if (seq < this.#expectedSeq) return void (duplicate = true);
-      if (seq === this.#inFlight?.seq || this.#buffer.has(seq)) return;
-      if (this.#buffer.size >= this.window) return; // full: keep the lower ones
-      this.#buffer.set(seq, {
-        messageId: job.id,
-        payload: job.payload,
-        attempt: job.attempt,
-        timeout: job.timeout,
-        confirmFirst: job.confirmFirst,
-      });
+      if (seq > this.#requestUpTo) break; // beyond the demand granted
+      if (seq < this.#expectedSeq) {
+        duplicate = true;
+        continue;
+      }
+      if (seq === this.#inFlight?.seq || this.#buffer.has(seq)) continue;
+      if (this.#buffer.size >= this.window) break; // full: keep the lower ones
+      this.#buffer.set(seq, jobs[i]);
       this.#sawJobs = true;
-    });
+    }
     if (duplicate) this.#ack(); // heals a confirmation the controller did not see
     this.#drain();
     if (this.#gapOpen() && this.#clock.now() - this.#lastGapRequest >= this.#resendInterval) {
@@ -736,15 +803,24 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     if (!next) return;
     this.#buffer.delete(this.#expectedSeq);
     const job: InFlight = {
-      ...next,
+      messageId: next.id,
+      payload: next.payload,
+      attempt: next.attempt,
+      timeout: next.timeout,
       seq: this.#expectedSeq,
-      abort: new AbortController(),
+      abort: undefined,
+      stopped: undefined,
       localAttempt: 1,
+      outcomes: false,
+      deadline: undefined,
+      abandoned: false,
+      pendingProgress: undefined,
+      lastProgressAt: undefined,
     };
     this.#inFlight = job;
     // The job may have crashed a worker before: confirm what finished first, so that if it
     // crashes this one too, the controller knows which job was running.
-    if (job.confirmFirst && this.#confirmedSeq > this.#sentConfirmed) this.#ack();
+    if (next.confirmFirst && this.#confirmedSeq > this.#sentConfirmed) this.#ack();
     if (this.#skip.delete(job.seq)) {
       // Cancelled before it started: report it so, without running it.
       return this.#reportFailure(job, { name: "CancelledError", message: "the job was cancelled" });
@@ -760,15 +836,9 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     }
     this.#running = true;
     const outcomes = this.#outcomes;
+    job.outcomes = outcomes;
     const attempt = outcomes ? job.attempt ?? 1 : job.localAttempt;
-    const delivery: Delivery<T> = {
-      messageId: job.messageId,
-      seq: job.seq,
-      payload: job.payload as T,
-      attempt,
-      signal: job.abort.signal,
-      progress: (value) => this.#progress(job, value),
-    };
+    const delivery = new JobDelivery<T>(job, attempt, this.#reportProgress);
     if (outcomes && job.timeout) {
       job.deadline = this.#clock.setTimeout(() => {
         const error = new Error(`the try took longer than its timeout of ${job.timeout} ms`);
@@ -776,23 +846,51 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
         this.#guard(() => this.#abandon(job, error));
       }, job.timeout);
     }
-    new Promise((resolve) => resolve(this.#handler(delivery))).then(
-      (value) => {
-        if (job.abandoned) return this.#afterRun(); // its try ended already; never confirmed
-        this.#running = false;
-        this.#processed += 1;
-        this.#completed.set(job.messageId, true);
-        this.#guard(() => outcomes ? this.#succeeded(job, value) : this.#handled(job));
-        this.#afterRun();
-      },
-      (error) => {
-        if (job.abandoned) return this.#afterRun();
-        this.#running = false;
-        this.dispatchEvent(new HandlerErrorEvent(job.messageId, attempt, error));
-        this.#guard(() => outcomes ? this.#reportFailure(job, errorOf(error)) : this.#failed(job));
-        this.#afterRun();
-      },
-    );
+    let result: unknown;
+    let thenable: boolean;
+    try {
+      result = this.#handler(delivery);
+      thenable = isThenable(result);
+    } catch (error) {
+      Promise.reject(error).then(undefined, (error) => this.#onRejected(job, attempt, error));
+      return;
+    }
+    if (thenable) {
+      new Promise((resolve) => resolve(result)).then(
+        (value) => this.#onResolved(job, value),
+        (error) => this.#onRejected(job, attempt, error),
+      );
+      return;
+    }
+    // A plain value: handled in a microtask, like a resolved promise's, without making one.
+    this.#returned.push(job, result);
+    queueMicrotask(this.#onReturned);
+  }
+
+  /** The handler of `job` resolved with `value`. */
+  #onResolved(job: InFlight, value: unknown): void {
+    if (job.abandoned) return this.#afterRun(); // its try ended already; never confirmed
+    this.#running = false;
+    this.#processed += 1;
+    // Found at once when it may come back under the current binding: a job of an ended binding
+    // (requeued while it ran), or with outcomes (a try the controller failed is retried).
+    this.#completed.add(job.messageId, job.outcomes || this.#inFlight !== job);
+    try {
+      if (job.outcomes) this.#succeeded(job, value);
+      else this.#handled(job);
+    } catch (error) {
+      this.#logger.error("a worker endpoint handler failed", error);
+    }
+    this.#afterRun();
+  }
+
+  /** The handler of `job` (try `attempt`) threw or rejected with `error`. */
+  #onRejected(job: InFlight, attempt: number, error: unknown): void {
+    if (job.abandoned) return this.#afterRun();
+    this.#running = false;
+    this.dispatchEvent(new HandlerErrorEvent(job.messageId, attempt, error));
+    this.#guard(() => job.outcomes ? this.#reportFailure(job, errorOf(error)) : this.#failed(job));
+    this.#afterRun();
   }
 
   /** Stop a try that ended without its handler: abort it, report it failed, move on. */
@@ -809,7 +907,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     job.deadline?.cancel();
     job.pendingProgress?.timer.cancel();
     job.pendingProgress = undefined;
-    if (abort) job.abort.abort(abort);
+    if (abort) stopTry(job, abort);
   }
 
   /** With outcomes: the handler resolved with `value`. */

@@ -39,7 +39,7 @@ export {
 } from "./src/net/auth.ts";
 export type { NetEvent, NetEventListener } from "./src/net/net_event.ts";
 export type { LinkIdentity } from "./src/controller/controller.ts";
-export type { ServeOptions, WorkpullServer } from "./src/net/serve.ts";
+export type { MountedAppOptions, ServeOptions, WorkpullServer } from "./src/net/serve.ts";
 export {
   importTokenKey,
   signToken,

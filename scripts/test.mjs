@@ -36,6 +36,7 @@ const NODE_TESTS = [
   "deno_kv_queue.test.ts", // the Deno KV adapter on npm @deno/kv
   "deno_kv_job_store.test.ts", // the Deno KV job store on npm @deno/kv
   "durable_file_producer.test.ts",
+  "cli.test.ts", // the workpull command on Node (as installed from npm): serve, worker, submit
 ];
 /** How Node 22 runs TypeScript (tests/fixtures/net_support.ts spawns workers the same way). */
 const NODE_TS_FLAGS = ["--experimental-transform-types", "--no-warnings"];

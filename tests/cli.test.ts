@@ -8,7 +8,7 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { JobQueue, MemoryJobStore } from "../mod.ts";
@@ -17,12 +17,8 @@ import { main, topHelp } from "../src/cli/main.ts";
 import { CliProcess, runCli } from "./fixtures/cli_support.ts";
 import { SECRET, serve, waitFor, within } from "./fixtures/net_support.ts";
 
-const HANDLER = `
-export default ({ payload }) => {
-  if (payload && payload.fail) throw new Error("asked to fail");
-  return typeof payload === "number" ? payload * 2 : payload.n * 2;
-};
-`;
+/** The README's worker module. */
+const HANDLER = new URL("../examples/handler.ts", import.meta.url).pathname;
 
 function tempDir(): string {
   return mkdtempSync(join(tmpdir(), "workpull-cli-"));
@@ -55,7 +51,6 @@ test("serve, token, worker, submit and stats run as separate processes", {
     return child;
   };
   try {
-    writeFileSync(join(cwd, "double.mjs"), HANDLER);
     const server = start(["serve", "--port", "0", "--log-level", "debug"]);
     await waitFor(
       () => /^listening on http:\/\/127\.0\.0\.1:\d+\/$/m.test(server.stdout),
@@ -72,8 +67,8 @@ test("serve, token, worker, submit and stats run as separate processes", {
     assert.equal(made.code, 0, made.stderr);
     const workerToken = made.stdout.trim();
     assert.match(workerToken, /^wp1\.[\w-]+\.[\w-]+$/);
-    start(["worker", "--url", url, "--token", workerToken, "double.mjs"]);
-    start(["worker", "--url", url, "--concurrency", "2", "double.mjs"]);
+    start(["worker", "--url", url, "--token", workerToken, HANDLER]);
+    start(["worker", "--url", url, "--concurrency", "2", HANDLER]);
 
     const client = (await runCli(["token"], { cwd })).stdout.trim();
     const stats = async () =>
@@ -89,7 +84,15 @@ test("serve, token, worker, submit and stats run as separate processes", {
     assert.equal(names.filter((name) => /^w1#.+-\d+$/.test(name)).length, 1, names.join());
     assert.equal(names.filter((name) => /^[^#]+-\d+#[12]$/.test(name)).length, 2, names.join());
 
-    const submitted = await runCli(["submit", "--url", url, "--token", client, "21", '{"n":2}'], {
+    const submitted = await runCli([
+      "submit",
+      "--url",
+      url,
+      "--token",
+      client,
+      '{"n":21}',
+      '{"n":2}',
+    ], {
       cwd,
     });
     assert.equal(submitted.code, 0, submitted.stderr);
@@ -114,6 +117,8 @@ test("serve, token, worker, submit and stats run as separate processes", {
       headers: { authorization: `Bearer ${client}` },
     })).json();
     assert.deepEqual([job.state, job.result], ["completed", 42]);
+    const ran = processes.slice(1).map((worker) => worker.stdout).join("");
+    assert.match(ran, new RegExp(`^job ${ids[0]} \\(try 1\\): 21 \\* 2$`, "m"));
 
     const shown = await runCli(["stats", "--url", url], { cwd });
     assert.equal(shown.code, 0, shown.stderr);
@@ -161,7 +166,7 @@ test("the command's --help lists every command; each command has --help", async 
       assert.match(help.out, new RegExp(`^Usage: \\S+ ${command} \\[flags\\]`), command);
       assert.match(help.out, /^Exit codes:$/m, command);
     }
-    assert.match(topHelp(), /^  3 +the server could not be reached/m);
+    assert.match(topHelp(), /^ {2}3 +the server could not be reached/m);
     const bare = await inProcess([]);
     assert.equal(bare.code, 2, "no command is a usage error");
   } finally {

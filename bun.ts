@@ -23,4 +23,4 @@ export {
   type BunWebSocketOptions,
   serveBun,
 } from "./src/net/bun.ts";
-export type { ServeOptions, WorkpullServer } from "./src/net/serve.ts";
+export type { MountedAppOptions, ServeOptions, WorkpullServer } from "./src/net/serve.ts";

@@ -22,4 +22,4 @@
  */
 
 export { denoUpgrader, type DenoUpgraderOptions, serveDeno } from "./src/net/deno.ts";
-export type { ServeOptions, WorkpullServer } from "./src/net/serve.ts";
+export type { MountedAppOptions, ServeOptions, WorkpullServer } from "./src/net/serve.ts";

@@ -34,6 +34,13 @@
 
 export { type Clock, systemClock, type TimerHandle, wallClock } from "./src/core/clock.ts";
 export {
+  createLogger,
+  defaultLogger,
+  type Logger,
+  type LoggerOptions,
+  type LogLevel,
+} from "./src/core/logger.ts";
+export {
   type ConfirmationWatcher,
   type ControllerState,
   type ControllerStats,

@@ -29,4 +29,4 @@ export {
   type NodeWebSocketOptions,
   serveNode,
 } from "./src/net/node.ts";
-export type { ServeOptions, WorkpullServer } from "./src/net/serve.ts";
+export type { MountedAppOptions, ServeOptions, WorkpullServer } from "./src/net/serve.ts";

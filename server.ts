@@ -41,7 +41,7 @@ export type { NetEvent, NetEventListener } from "./src/net/net_event.ts";
 export type { DashboardOptions } from "./src/dashboard/options.ts";
 export type { MetricsOptions } from "./src/metrics/metrics_route.ts";
 export type { LinkIdentity } from "./src/controller/controller.ts";
-export type { ServeOptions, WorkpullServer } from "./src/net/serve.ts";
+export type { MountedAppOptions, ServeOptions, WorkpullServer } from "./src/net/serve.ts";
 export {
   importTokenKey,
   signToken,

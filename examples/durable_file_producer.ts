@@ -350,3 +350,43 @@ function appendDurably(fd: number, text: string): void {
   while (written < bytes.length) written += writeSync(fd, bytes, written);
   fsyncSync(fd);
 }
+
+// Run directly (on Deno: `deno run -A --unstable-kv examples/durable_file_producer.ts`): jobs
+// from a source file through a controller on a Deno KV file to one worker, then what the marks
+// file holds.
+if (import.meta.main) {
+  const { connectInProcess, WorkerEndpoint, WorkPullingController } = await import("../mod.ts");
+  const { DenoKvWorkQueue } = await import("../deno_kv.ts");
+  const dir = await Deno.makeTempDir();
+  const kv = await Deno.openKv(`${dir}/queue.kv`);
+  const files = { source: `${dir}/source.jsonl`, marks: `${dir}/marks.jsonl` };
+  const producer = new DurableFileProducer<{ to: string }>(files);
+  const controller = new WorkPullingController({
+    name: "mail",
+    producer,
+    queue: new DenoKvWorkQueue(kv, { prefix: ["workpull", "mail"] }),
+    deliveryConfirmation: true,
+  });
+  await controller.start();
+  const recipients = ["ada@example.com", "grace@example.com"];
+  const done = Promise.withResolvers<void>();
+  let sent = 0;
+  connectInProcess(
+    controller,
+    new WorkerEndpoint<{ to: string }>({
+      producer: "mail",
+      name: "w1",
+      handler: ({ payload, messageId }) => {
+        console.log(`sending ${messageId} to ${payload.to}`);
+        if (++sent === recipients.length) done.resolve();
+      },
+    }),
+  );
+  recipients.forEach((to, n) => producer.add({ messageId: `mail-${n + 1}`, payload: { to } }));
+  await done.promise;
+  console.log(`marked as accepted: ${readLines(files.marks).join(", ")}`);
+  await controller.close();
+  producer.close();
+  kv.close();
+  await Deno.remove(dir, { recursive: true });
+}

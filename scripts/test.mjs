@@ -27,6 +27,7 @@ const NODE_TESTS = [
   "net_fuzz.test.ts",
   "net_auth.test.ts",
   "net_jobs.test.ts", // job queue routes on Node
+  "net_serve_apps.test.ts", // several flows on one port
   "net_lifecycle.test.ts", // a job that SIGKILLs Node worker processes ends dead
   "net_client.test.ts",
   "net_browser.test.ts", // a browser tab against a Node controller (CI installs Chromium)
@@ -38,6 +39,7 @@ const NODE_TESTS = [
   "metrics.test.ts", // GET /metrics on the Node adapter
   "dashboard.test.ts", // the live stream (server-sent events) through @hono/node-server
   "dashboard_browser.test.ts", // the dashboard in Chromium, served by Node (CI installs Chromium)
+  "cli.test.ts", // the workpull command on Node (as installed from npm): serve, worker, submit
 ];
 /** How Node 22 runs TypeScript (tests/fixtures/net_support.ts spawns workers the same way). */
 const NODE_TS_FLAGS = ["--experimental-transform-types", "--no-warnings"];

@@ -61,6 +61,18 @@ test("signing refuses short secrets, bad lifetimes and bad names", async () => {
   await assert.rejects(signToken(SECRET, { producer: "", expiresIn: 1000 }), TypeError);
 });
 
+test("an undefined secret (an unset environment variable) is named, not a Web Crypto error", async () => {
+  // Defect: signToken(undefined) failed deep in Web Crypto with a CryptoKey TypeError.
+  await assert.rejects(
+    signToken(undefined as never, { producer: "jobs", expiresIn: 1000 }),
+    /token secret: .* got undefined \(an unset environment variable\?\)/,
+  );
+  assert.throws(
+    () => createAuthenticator({ secret: undefined as never }, "jobs"),
+    /option "auth\.secret" is undefined \(an unset environment variable\?\)/,
+  );
+});
+
 test("the token is found in the Authorization header, the subprotocol list, or the query", () => {
   const at = (url: string, headers: Record<string, string> = {}) =>
     extractToken(new Request(url, { headers }));

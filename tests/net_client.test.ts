@@ -5,6 +5,8 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { connectWorker } from "../client.ts";
 import { settle } from "../testing.ts";
 import { waitFor } from "./fixtures/net_support.ts";
@@ -161,5 +163,47 @@ test("concurrency N opens N sockets for the endpoints name#1..#N", async () => {
     assert.equal(connection.connected, 3);
   } finally {
     await connection.close();
+  }
+});
+
+test("an error before the socket opens is a failed attempt, without waiting for a close event", async () => {
+  // Node 22's WebSocket fires only `error` (and stays CONNECTING) when the handshake is refused;
+  // the client waited for its connect timeout (10 s by default) before trying again.
+  const { connection, sockets } = client();
+  try {
+    await waitFor(() => sockets.length === 1, "a first socket");
+    sockets[0].onerror?.(new Event("error"));
+    await waitFor(() => sockets.length === 2, "a second attempt after the error", 2000);
+    sockets[1].open();
+    assert.equal(sockets[1].sent[0].type, "register");
+  } finally {
+    await connection.close();
+  }
+});
+
+test("a refused handshake over a real socket is retried long before the connect timeout", async () => {
+  const server = createServer((_request, response) => {
+    response.writeHead(401, { "content-type": "application/json" });
+    response.end('{"error":"unauthorized"}');
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  const disconnects: number[] = [];
+  const connection = connectWorker({
+    url: `ws://127.0.0.1:${port}/workers`,
+    token: "t",
+    producer: "jobs",
+    name: "w",
+    handler: () => {},
+    connectTimeout: 60_000,
+    backoff: { initial: 1, max: 2 },
+    drainOnSignals: false,
+  });
+  connection.addEventListener("disconnected", (event) => disconnects.push(event.code));
+  try {
+    await waitFor(() => disconnects.length >= 2, "two refused attempts", 5000);
+  } finally {
+    await connection.close();
+    await new Promise((resolve) => server.close(resolve));
   }
 });

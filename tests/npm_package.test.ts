@@ -237,6 +237,12 @@ test("the packed npm package installs and runs a Node server with Node workers",
     ]);
     const hasCli = existsSync(join(root, "cli.ts"));
     assert.deepEqual(resolved.bin, hasCli ? { workpull: "dist/cli.js" } : null);
+    if (hasCli) {
+      // The installed command, as `npx workpull` runs it: on Node, from the built package.
+      const help = run(join(app, "node_modules", ".bin", "workpull"), ["--help"], app);
+      assert.match(help, /^Usage: workpull <command>/);
+      assert.match(help, /^ {2}dead-letters retry /m);
+    }
 
     // A Node server and two Node workers, each in its own process, over loopback.
     writeFileSync(join(app, "server.mjs"), SERVER);

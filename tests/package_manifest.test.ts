@@ -7,19 +7,22 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { manifestProblems } from "../scripts/manifest.mjs";
 
 const root = new URL("..", import.meta.url).pathname;
 
-/** A copy of the manifests (and the LICENSE) in a temporary directory, changed by `edit`. */
+/**
+ * A copy of the manifests (and the LICENSE, and cli.ts when there is one: `bin` follows it) in a
+ * temporary directory, changed by `edit`.
+ */
 function drifted(edit: (dir: string) => void): string[] {
   const dir = mkdtempSync(join(tmpdir(), "workpull-manifest-"));
   try {
-    for (const file of ["package.json", "deno.json", "LICENSE"]) {
-      cpSync(join(root, file), join(dir, file));
+    for (const file of ["package.json", "deno.json", "LICENSE", "cli.ts"]) {
+      if (existsSync(join(root, file))) cpSync(join(root, file), join(dir, file));
     }
     edit(dir);
     return manifestProblems(dir);
@@ -59,17 +62,25 @@ test("an entry point missing from npm or from JSR's include list is refused", ()
   assert.match(problems[1], /"publish\.include" must list \.\/extra\.ts/);
 });
 
-test("a bin without a CLI, a private package, a missing license are refused", () => {
+test("a bin without a CLI, a CLI without a bin, a private package, a missing license are refused", () => {
   const problems = drifted((dir) => {
     editJson(dir, "package.json", (json) => {
       json.bin = { workpull: "dist/cli.js" };
       json.private = true;
     });
     rmSync(join(dir, "LICENSE"));
+    rmSync(join(dir, "cli.ts"), { force: true });
   });
   assert.deepEqual(problems.sort(), [
     "LICENSE: must exist and hold the MIT License",
     'package.json: "bin" must be absent while there is no cli.ts',
     'package.json: must not be "private"',
+  ]);
+  const unbuilt = drifted((dir) => {
+    writeFileSync(join(dir, "cli.ts"), "");
+    editJson(dir, "package.json", (json) => delete json.bin);
+  });
+  assert.deepEqual(unbuilt, [
+    'package.json: "bin" must be { "workpull": "dist/cli.js" }: run npm run build',
   ]);
 });

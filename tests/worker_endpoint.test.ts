@@ -288,6 +288,30 @@ describe("worker endpoint sub-flow", () => {
     assert.equal(controller.closedWith?.code, 4001);
   });
 
+  test("keeps no timer once its link is gone, and ticks again on the next link", async () => {
+    // Defect: the tick re-armed itself after the link closed, so a process whose in-process
+    // controller had closed never exited.
+    const clock = new SimulatedClock();
+    const worker = new WorkerEndpoint({
+      producer: "jobs",
+      name: "w",
+      clock,
+      resendInterval: 1000,
+      handler: () => {},
+    });
+    const controller = new ScriptedController(worker);
+    controller.registered();
+    await clock.advanceAsync(1000);
+    assert.ok(clock.pendingTimers > 0, "a live link ticks");
+    controller.close();
+    await clock.advanceAsync(1000);
+    assert.equal(clock.pendingTimers, 0);
+    const again = new ScriptedController(worker);
+    assert.ok(clock.pendingTimers > 0, "a new link ticks again");
+    await clock.advanceAsync(1000);
+    assert.equal(again.ofType("register").length, 2, "re-registered on its tick");
+  });
+
   test("close() drains: hands back buffered jobs at once, confirms the running one, then closes", async () => {
     // Defect: close() closed the link before the running handler finished and sent no final
     // ack, so finished work was requeued and run again elsewhere.

@@ -14,6 +14,7 @@
  * @module
  */
 
+import { defaultLogger, type Logger } from "../core/logger.ts";
 import type { ProducerEndpoint, ProducerPort } from "../controller/producer_contract.ts";
 import { JsonText } from "../protocol/json_text.ts";
 import type { Accepted, ProducedJob, RequestNext, Stored } from "../protocol/schemas.ts";
@@ -44,6 +45,7 @@ interface Answer {
  */
 export class BacklogProducer implements ProducerEndpoint {
   readonly #store: JobStore;
+  readonly #logger: Logger;
   #port: ProducerPort | undefined;
   #session = "";
   #grant: RequestNext | undefined;
@@ -55,8 +57,9 @@ export class BacklogProducer implements ProducerEndpoint {
   #closed = false;
 
   /** Creates the producer over `store`. */
-  constructor(store: JobStore) {
+  constructor(store: JobStore, logger: Logger = defaultLogger) {
     this.#store = store;
+    this.#logger = logger;
   }
 
   /** Due jobs may be available: answer an open grant. */
@@ -135,7 +138,7 @@ export class BacklogProducer implements ProducerEndpoint {
       },
       (error) => {
         this.#taking = false;
-        console.error("workpull: the job store failed to hand out jobs", error);
+        this.#logger.error("the job store failed to hand out jobs", error);
       },
     );
   }

@@ -15,6 +15,7 @@
  * @module
  */
 
+import { type Logger, loggerOption } from "../core/logger.ts";
 import { SafeEventTarget } from "../core/safe_event_target.ts";
 import { type ControllerStats, WorkPullingController } from "../controller/controller.ts";
 import { ProgressEvent } from "../controller/events.ts";
@@ -46,6 +47,8 @@ export interface JobQueueOptions {
     WorkPullingControllerOptions,
     "name" | "producer" | "queue" | "outcomes" | "lostLimit"
   >;
+  /** Where contained failures are reported. Default: the controller's `logger`, else `console.error`. */
+  readonly logger?: Logger;
 }
 
 /** One job to add with {@linkcode JobQueue.addMany}: its payload and options. */
@@ -180,9 +183,12 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
       throw new TypeError('Cannot create JobQueue: option "store" must be a JobStore');
     }
     this.store = store;
-    this.#producer = new BacklogProducer(store);
+    const logger = loggerOption("JobQueue", options.logger ?? options.controller?.logger);
+    this.reportTo(logger);
+    this.#producer = new BacklogProducer(store, logger);
     this.controller = new WorkPullingController({
       ...options.controller,
+      logger,
       name: options.name,
       producer: this.#producer,
       queue: store,

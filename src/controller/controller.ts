@@ -329,6 +329,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   constructor(options: WorkPullingControllerOptions) {
     super();
     this.#options = resolveControllerOptions(options);
+    this.reportTo(this.#options.logger);
     this.#completed = new RecentMap(this.#options.dedupeWindow);
     this.#incarnations = new Incarnations({
       maxRemembered: this.#options.maxIncarnationHistory,
@@ -704,7 +705,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
           next();
         } catch (error) {
           // A bug in a handler must not take the process (or the other workers) down.
-          console.error("workpull: controller handler failed", error);
+          this.#options.logger.error("a controller handler failed", error);
         }
         if (this.#mailbox.length === 0) {
           this.#flush();
@@ -1241,7 +1242,10 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     try {
       call(this.#options.producer);
     } catch (error) {
-      console.error("workpull: the producer threw while handling a controller message", error);
+      this.#options.logger.error(
+        "the producer threw while handling a controller message",
+        error,
+      );
     }
   }
 

@@ -5,6 +5,7 @@
  */
 
 import { type Clock, systemClock } from "../core/clock.ts";
+import { type Logger, loggerOption } from "../core/logger.ts";
 import {
   booleanOption,
   durationOption,
@@ -82,6 +83,8 @@ export interface WorkPullingControllerOptions {
   readonly maxIncarnationHistory?: number;
   /** The time source. Default: the system clock. */
   readonly clock?: Clock;
+  /** Where contained failures are reported. Default: `console.error` (see `createLogger`). */
+  readonly logger?: Logger;
 }
 
 /** Options after validation, with defaults applied. */
@@ -106,6 +109,7 @@ export interface ResolvedControllerOptions {
   readonly lostLimit: number;
   readonly maxIncarnationHistory: number;
   readonly clock: Clock;
+  readonly logger: Logger;
 }
 
 const OWNER = "WorkPullingController";
@@ -228,5 +232,6 @@ export function resolveControllerOptions(
       10_000_000,
     ),
     clock,
+    logger: loggerOption(OWNER, options.logger),
   };
 }

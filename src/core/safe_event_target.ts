@@ -1,10 +1,12 @@
 /**
  * An `EventTarget` whose listeners cannot hurt the emitter: a listener that throws is caught and
- * reported through `console.error`, so it can neither corrupt the emitter's state nor (on Deno)
+ * reported to the emitter's logger (by default `console.error`), so it can neither corrupt the emitter's state nor (on Deno)
  * escape as an uncaught exception that ends the process.
  *
  * @module
  */
+
+import { defaultLogger, type Logger } from "./logger.ts";
 
 /** A listener function or object. */
 export type Listener = EventListenerOrEventListenerObject;
@@ -24,6 +26,12 @@ export type Listener = EventListenerOrEventListenerObject;
 // deno-lint-ignore ban-types -- {} is the empty event map: no typed events, any name allowed.
 export class SafeEventTarget<M extends object = {}> extends EventTarget {
   readonly #wrapped = new Map<string, Map<Listener, EventListener>>();
+  #logger: Logger = defaultLogger;
+
+  /** Report listeners' exceptions to `logger` (the emitter's own) from now on. */
+  protected reportTo(logger: Logger): void {
+    this.#logger = logger;
+  }
 
   /** Listen for one of this target's typed events; the listener is guarded. */
   override addEventListener<K extends keyof M & string>(
@@ -49,7 +57,7 @@ export class SafeEventTarget<M extends object = {}> extends EventTarget {
     if (!guarded) {
       guarded = (event: Event) => {
         const report = (error: unknown) =>
-          console.error(`workpull: a "${type}" event listener threw`, error);
+          this.#logger.error(`a "${type}" event listener threw`, error);
         try {
           const result: unknown = typeof listener === "function"
             ? (listener as EventListener).call(this, event)

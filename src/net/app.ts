@@ -34,6 +34,7 @@ import * as v from "valibot";
 import type { LinkIdentity, WorkPullingController } from "../controller/controller.ts";
 import { utf8Length } from "../controller/durable_lane.ts";
 import { durationOption, integerOption, optionsObject } from "../core/options.ts";
+import { type Logger, loggerOption } from "../core/logger.ts";
 import type { BufferedProducer } from "../producer/buffered_producer.ts";
 import { MAX_ID_LENGTH, SUBPROTOCOL } from "../protocol/schemas.ts";
 import { Admission, type AdmissionRefusal, type Lease } from "./admission.ts";
@@ -49,7 +50,7 @@ import { readJsonBody } from "./json_body.ts";
 import { addJobRoutes } from "./job_routes.ts";
 import type { JobQueue } from "../backlog/job_queue.ts";
 import { resolveEdgeLimits } from "./limits.ts";
-import { type NetEventListener, report } from "./net_event.ts";
+import { loggedListener, type NetEventListener, report } from "./net_event.ts";
 import { socketEvents } from "./socket_link.ts";
 import { runtimeFromUserAgent } from "./user_agent.ts";
 import { addDashboardRoutes } from "../dashboard/routes.ts";
@@ -184,6 +185,8 @@ export interface WorkpullAppOptions {
    * without one). `false` turns it off. Default: on.
    */
   readonly metrics?: boolean | MetricsOptions;
+  /** Where contained failures are reported. Default: `console.error` (see `createLogger`). */
+  readonly logger?: Logger;
 }
 
 const MessageId = v.pipe(
@@ -273,6 +276,8 @@ export function mountWorkpull(
 export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
   optionsObject(OWNER, options);
   const { queue, producer, upgradeWebSocket } = options;
+  const logger = loggerOption(OWNER, options.logger);
+  const userOnEvent = loggedListener(options.onEvent, logger);
   if (queue !== undefined && typeof queue?.addMany !== "function") {
     throw new TypeError(`Cannot create ${OWNER}: option "queue" must be a JobQueue`);
   }
@@ -295,7 +300,7 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
       `Cannot create ${OWNER}: option "auth" must be { secret } or { authorize }`,
     );
   }
-  const authenticate = createAuthenticator(options.auth, controller.name);
+  const authenticate = createAuthenticator(options.auth, controller.name, logger);
   const maxFrameBytes = integerOption(
     OWNER,
     "maxFrameBytes",
@@ -344,9 +349,9 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
   const onEvent: NetEventListener | undefined = metrics
     ? (event) => {
       metrics.edgeEvent(event);
-      report(options.onEvent, event);
+      report(userOnEvent, event);
     }
-    : options.onEvent;
+    : userOnEvent;
   const { allowedOrigins, clientAddress } = options;
   if (
     allowedOrigins !== undefined && typeof allowedOrigins !== "function" &&
@@ -418,7 +423,7 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
     const held = [lease];
     leases.set(c.req.raw, held);
     try {
-      if (!originAllowed(c.req.raw, allowedOrigins)) {
+      if (!originAllowed(c.req.raw, allowedOrigins, logger)) {
         report(onEvent, { kind: "forbidden-origin", origin: c.req.header("origin") ?? "" });
         return c.json({ error: "forbidden-origin" }, 403);
       }
@@ -490,6 +495,7 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
           report(onEvent, event);
         },
         onFinish: () => releaseAll(held),
+        logger,
       });
     }),
     (c) => c.json({ error: "upgrade-failed" }, 426, { Upgrade: "websocket" }),
@@ -509,6 +515,7 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
     addJobRoutes(app, {
       queue,
       guard,
+      logger,
       body: {
         maxBytes: maxBodyBytes,
         maxDepth: limits.maxPayloadDepth + ENVELOPE_DEPTH,
@@ -590,7 +597,7 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
   }
 
   app.onError((error, c) => {
-    console.error("workpull: an HTTP handler failed", error);
+    logger.error("an HTTP handler failed", error);
     return c.json({ error: "internal" }, 500);
   });
   return app;

@@ -23,6 +23,7 @@
  */
 
 import type { LinkIdentity } from "../controller/controller.ts";
+import { defaultLogger, type Logger } from "../core/logger.ts";
 import { SUBPROTOCOL } from "../protocol/schemas.ts";
 import {
   isTokenKeys,
@@ -170,7 +171,11 @@ export function offeredProtocols(request: Request): string[] {
  * console.assert(outcome.ok && outcome.identity.worker === "w");
  * ```
  */
-export function createAuthenticator(options: AuthOptions, producer: string): Authenticator {
+export function createAuthenticator(
+  options: AuthOptions,
+  producer: string,
+  logger: Logger = defaultLogger,
+): Authenticator {
   if ("authorize" in options) {
     const authorize = options.authorize;
     if (typeof authorize !== "function") {
@@ -186,7 +191,7 @@ export function createAuthenticator(options: AuthOptions, producer: string): Aut
         }
         const { expiresAt, ...identity } = admitted;
         if (expiresAt !== undefined && !Number.isFinite(expiresAt)) {
-          console.error("workpull: the authorize hook returned a non-numeric expiresAt; refused");
+          logger.warn("the authorize hook returned a non-numeric expiresAt; refused");
           return { ok: false, reason: "refused" };
         }
         if (expiresAt !== undefined && expiresAt <= Date.now()) {
@@ -194,7 +199,7 @@ export function createAuthenticator(options: AuthOptions, producer: string): Aut
         }
         return expiresAt === undefined ? { ok: true, identity } : { ok: true, identity, expiresAt };
       } catch (error) {
-        console.error("workpull: the authorize hook threw; the request is refused", error);
+        logger.error("the authorize hook threw; the request is refused", error);
         return { ok: false, reason: "refused" };
       }
     };
@@ -222,7 +227,7 @@ export function createAuthenticator(options: AuthOptions, producer: string): Aut
       };
     } catch (error) {
       if (!(error instanceof TokenError)) {
-        console.error("workpull: token verification failed unexpectedly", error);
+        logger.error("token verification failed unexpectedly", error);
         return { ok: false, reason: "refused" };
       }
       return {
@@ -236,6 +241,12 @@ export function createAuthenticator(options: AuthOptions, producer: string): Aut
 /** Check the secrets of `{ secret, keys }` up front, so a bad one fails at construction. */
 function verifierKeys(options: { secret?: TokenSecret; keys?: unknown }): TokenKeys {
   const { secret, keys } = options;
+  if ("secret" in options && secret === undefined && keys === undefined) {
+    throw new TypeError(
+      'Cannot create the workpull app: option "auth.secret" is undefined (an unset environment ' +
+        "variable?); give a secret of at least 32 bytes",
+    );
+  }
   if (secret === undefined && keys === undefined) {
     throw new TypeError(
       'Cannot create the workpull app: option "auth" must be { secret }, { keys } or { authorize }',
@@ -288,6 +299,7 @@ function verifierKeys(options: { secret?: TokenSecret; keys?: unknown }): TokenK
 export function originAllowed(
   request: Request,
   allowed: readonly string[] | ((origin: string) => boolean) | undefined,
+  logger: Logger = defaultLogger,
 ): boolean {
   if (allowed === undefined) return true;
   const origin = request.headers.get("origin");
@@ -295,7 +307,7 @@ export function originAllowed(
   try {
     return typeof allowed === "function" ? allowed(origin) === true : allowed.includes(origin);
   } catch (error) {
-    console.error("workpull: the allowedOrigins function threw; the request is refused", error);
+    logger.error("the allowedOrigins function threw; the request is refused", error);
     return false;
   }
 }

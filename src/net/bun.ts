@@ -13,15 +13,21 @@
  * @module
  */
 
-import { type Context, Hono } from "hono";
+import type { Context, Hono } from "hono";
 import type { WSEvents } from "hono/ws";
 import { upgradeWebSocket, websocket } from "hono/bun";
-import { buildWorkpullHono, DEFAULT_MAX_FRAME_BYTES, type WebSocketUpgrader } from "./app.ts";
+import {
+  buildWorkpullHono,
+  DEFAULT_MAX_FRAME_BYTES,
+  type WebSocketUpgrader,
+  type WorkpullAppOptions,
+} from "./app.ts";
 import { closeDashboardStreams } from "../dashboard/routes.ts";
 import {
   closeOnShutdown,
   idleSeconds,
   listenOptions,
+  servedRoot,
   type ServeOptions,
   serverUrls,
   type WorkpullServer,
@@ -123,12 +129,15 @@ export function bunWebSocket(options: BunWebSocketOptions = {}): BunWebSocketHan
  */
 export function serveBun(options: ServeOptions): WorkpullServer {
   const listen = listenOptions("serveBun", options);
-  const app = buildWorkpullHono({
-    clientAddress: bunClientAddress,
-    ...options,
-    upgradeWebSocket: bunUpgrader(),
-  });
-  const root = listen.basePath ? new Hono().route(listen.basePath, app) : app;
+  const upgradeWebSocket = bunUpgrader();
+  const built: Hono[] = []; // every app served, for their dashboard streams at close
+  const build = (app: Omit<WorkpullAppOptions, "upgradeWebSocket">) => {
+    const hono = buildWorkpullHono({ clientAddress: bunClientAddress, ...app, upgradeWebSocket });
+    built.push(hono);
+    return hono;
+  };
+  const app = build(options);
+  const root = servedRoot("serveBun", listen, app, options, build);
   const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
   const bun = (globalThis as unknown as { Bun?: BunRuntime }).Bun;
   if (!bun) throw new Error("Cannot serve with serveBun: this runtime is not Bun");
@@ -148,7 +157,7 @@ export function serveBun(options: ServeOptions): WorkpullServer {
     listen,
     options,
     () => {
-      closeDashboardStreams(app);
+      for (const served of built) closeDashboardStreams(served);
       return Promise.resolve(server.stop(true)).then(() => {});
     },
   );

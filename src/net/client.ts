@@ -37,6 +37,7 @@ import { type Delivery, type RefusedEvent, WorkerEndpoint } from "../worker/work
 import { drainOnShutdown } from "./shutdown.ts";
 import { type Backoff, backoffDelay, type BackoffOptions, resolveBackoff } from "./backoff.ts";
 import { closeReason, guard as guardAs } from "./safety.ts";
+import { type Logger, loggerOption } from "../core/logger.ts";
 
 /**
  * A `WebSocket` constructor: the global one by default, or `WebSocket` from the `ws` package on
@@ -61,7 +62,7 @@ export interface WebSocketLike {
   onmessage: ((event: never) => void) | null;
   /** Set by the client: the socket closed (`event.code`, `event.reason`). */
   onclose: ((event: never) => void) | null;
-  /** Set by the client: the socket failed (a close event follows). */
+  /** Set by the client: the socket failed (usually a close event follows). */
   onerror: ((event: never) => void) | null;
 }
 
@@ -104,6 +105,8 @@ export interface ConnectWorkerOptions<T> {
   readonly backoff?: BackoffOptions;
   /** The `WebSocket` constructor. Default: `globalThis.WebSocket`. */
   readonly WebSocket?: WebSocketConstructor;
+  /** Where contained failures are reported. Default: `console.error` (see `createLogger`). */
+  readonly logger?: Logger;
 }
 
 /**
@@ -169,6 +172,7 @@ interface Settings {
   readonly connectTimeout: number;
   readonly backoff: Backoff;
   readonly WebSocket: WebSocketConstructor;
+  readonly logger: Logger;
 }
 
 const OWNER = "connectWorker";
@@ -293,6 +297,7 @@ export function connectWorker<T = unknown>(options: ConnectWorkerOptions<T>): Wo
     ),
     backoff: resolveBackoff(OWNER, options.backoff),
     WebSocket: WebSocketCtor,
+    logger: loggerOption(OWNER, options.logger),
   };
   const endpoints = Array.from({ length: concurrency }, (_, i) =>
     new WorkerEndpoint<T>({
@@ -305,6 +310,7 @@ export function connectWorker<T = unknown>(options: ConnectWorkerOptions<T>): Wo
       ackDelay: options.ackDelay,
       drainTimeout: options.drainTimeout,
       incarnation: options.incarnation,
+      logger: settings.logger,
     }));
   const drainOnSignals = booleanOption(OWNER, "drainOnSignals", options.drainOnSignals, true);
   return new WorkerConnection(endpoints, settings, drainOnSignals);
@@ -394,6 +400,8 @@ class EndpointSocket {
   }
 
   #watch(socket: WebSocket): void {
+    const guard = (body: () => void) =>
+      guardAs("a worker socket handler", body, this.#settings.logger);
     this.#socket = socket;
     let receiver: LinkReceiver | undefined;
     let live = true;
@@ -479,9 +487,15 @@ class EndpointSocket {
         markClosed();
         release(event.code, event.reason);
       });
-    socket.onerror = () => {
-      // A close event follows.
-    };
+    socket.onerror = () =>
+      guard(() => {
+        // Usually a close event follows. Node 22's WebSocket fires only this one when the
+        // handshake is refused (and stays CONNECTING): before open, the attempt failed now,
+        // rather than at the connect timeout.
+        if (receiver || !live) return;
+        markClosed();
+        release(1006, "connection failed");
+      });
   }
 
   #scheduleRetry(code: number, reason: string): void {
@@ -501,10 +515,6 @@ class EndpointSocket {
 /** Browsers (and the WHATWG API elsewhere) accept only 1000 and 3000..4999 in `close()`. */
 function closableCode(code: number): number {
   return code === 1000 || (code >= 3000 && code <= 4999) ? code : 1000;
-}
-
-function guard(body: () => void): void {
-  guardAs("a worker socket handler", body);
 }
 
 /** What the client may read of the runtime it is in (nothing of it exists in a browser). */

@@ -18,16 +18,18 @@
  * @module
  */
 
-import { type Context, Hono } from "hono";
+import type { Context, Hono } from "hono";
 import type { WSEvents } from "hono/ws";
 import { upgradeWebSocket } from "hono/deno";
-import { buildWorkpullHono, type WebSocketUpgrader } from "./app.ts";
+import { buildWorkpullHono, type WebSocketUpgrader, type WorkpullAppOptions } from "./app.ts";
 import { closeDashboardStreams } from "../dashboard/routes.ts";
 import { type NetEventListener, report } from "./net_event.ts";
+import { type Logger, loggerOption } from "../core/logger.ts";
 import {
   closeOnShutdown,
   idleSeconds,
   listenOptions,
+  servedRoot,
   type ServeOptions,
   serverUrls,
   type WorkpullServer,
@@ -86,16 +88,20 @@ export function denoUpgrader(options: DenoUpgraderOptions = {}): WebSocketUpgrad
  */
 export function serveDeno(options: ServeOptions): WorkpullServer {
   const listen = listenOptions("serveDeno", options);
-  const app = buildWorkpullHono({
-    clientAddress: denoClientAddress,
-    ...options,
-    upgradeWebSocket: denoUpgrader({ idleTimeout: listen.idleTimeoutSeconds * 1000 }),
-  });
-  const root = listen.basePath ? new Hono().route(listen.basePath, app) : app;
-  const loop = new ServeLoop(listen.hostname, listen.port, root.fetch, options.onEvent);
+  const upgradeWebSocket = denoUpgrader({ idleTimeout: listen.idleTimeoutSeconds * 1000 });
+  const built: Hono[] = []; // every app served, for their dashboard streams at close
+  const build = (app: Omit<WorkpullAppOptions, "upgradeWebSocket">) => {
+    const hono = buildWorkpullHono({ clientAddress: denoClientAddress, ...app, upgradeWebSocket });
+    built.push(hono);
+    return hono;
+  };
+  const app = build(options);
+  const root = servedRoot("serveDeno", listen, app, options, build);
+  const logger = loggerOption("serveDeno", options.logger);
+  const loop = new ServeLoop(listen.hostname, listen.port, root.fetch, options.onEvent, logger);
   const { url, workersUrl } = serverUrls(listen.hostname, loop.port, listen.basePath);
   const close = closeOnShutdown(listen, options, () => {
-    closeDashboardStreams(app); // Deno.serve's shutdown waits for open responses
+    for (const served of built) closeDashboardStreams(served); // Deno.serve's shutdown waits for open responses
     return loop.close();
   });
   return { app, url, workersUrl, port: loop.port, close, [Symbol.asyncDispose]: close };
@@ -119,6 +125,7 @@ class ServeLoop {
   readonly #hostname: string;
   readonly #handler: Deno.ServeHandler<Deno.NetAddr>;
   readonly #onEvent: NetEventListener | undefined;
+  readonly #logger: Logger;
   readonly #servers = new Set<Deno.HttpServer<Deno.NetAddr>>();
   #delay: number = RESTART_DELAY.first;
   #retry: ReturnType<typeof setTimeout> | undefined;
@@ -130,8 +137,10 @@ class ServeLoop {
     port: number,
     handler: Deno.ServeHandler<Deno.NetAddr>,
     onEvent: NetEventListener | undefined,
+    logger: Logger,
   ) {
     this.#hostname = hostname;
+    this.#logger = logger;
     this.#handler = handler;
     this.#onEvent = onEvent;
     this.port = this.#listen(port).addr.port; // the first bind's errors reach the caller
@@ -139,7 +148,12 @@ class ServeLoop {
 
   #listen(port: number): Deno.HttpServer<Deno.NetAddr> {
     const server = Deno.serve(
-      { port, hostname: this.#hostname, onListen() {}, onError: internalError },
+      {
+        port,
+        hostname: this.#hostname,
+        onListen() {},
+        onError: (error) => internalError(error, this.#logger),
+      },
       this.#handler,
     );
     this.#servers.add(server);
@@ -156,12 +170,12 @@ class ServeLoop {
     clearTimeout(this.#healthy);
     const retryIn = this.#delay;
     this.#delay = Math.min(this.#delay * 2, RESTART_DELAY.max);
-    console.error(
-      `workpull: the server stopped accepting connections (${
+    this.#logger.error(
+      `the server stopped accepting connections (${
         String(error)
       }); listening again in ${retryIn} ms`,
     );
-    report(this.#onEvent, { kind: "accept-failed", error: String(error), retryIn });
+    report(this.#onEvent, { kind: "accept-failed", error: String(error), retryIn }, this.#logger);
     clearTimeout(this.#retry);
     this.#retry = setTimeout(() => this.#restart(), retryIn);
   }
@@ -187,8 +201,8 @@ class ServeLoop {
 }
 
 /** Deno's answer when a handler throws (the app catches its own errors first). */
-function internalError(error: unknown): Response {
-  console.error("workpull: a request handler failed", error);
+function internalError(error: unknown, logger: Logger): Response {
+  logger.error("a request handler failed", error);
   return new Response(JSON.stringify({ error: "internal" }), {
     status: 500,
     headers: { "content-type": "application/json" },

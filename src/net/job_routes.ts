@@ -25,6 +25,7 @@ import * as v from "valibot";
 import { BacklogFullError } from "../backlog/job_store.ts";
 import type { JobQueue, NewJobInput } from "../backlog/job_queue.ts";
 import type { JobInfo } from "../lifecycle/job_record.ts";
+import type { Logger } from "../core/logger.ts";
 import { MAX_ID_LENGTH } from "../protocol/schemas.ts";
 import { QueueFencedError } from "../queue/work_queue.ts";
 import { type JsonBodyLimits, readJsonBody } from "./json_body.ts";
@@ -37,6 +38,8 @@ export interface JobRoutesOptions {
   readonly guard: (route: "jobs") => MiddlewareHandler;
   /** Limits of a `POST /jobs` body (`countKey` is set here). */
   readonly body: Omit<JsonBodyLimits, "countKey">;
+  /** Where a failed submission is reported. */
+  readonly logger: Logger;
 }
 
 const MessageId = v.pipe(
@@ -89,7 +92,7 @@ export function addJobRoutes(app: Hono, options: JobRoutesOptions): void {
       // The shapes are checked here; the queue checks the values (a backoff's fields too).
       receipts = await queue.addMany(jobs as NewJobInput<unknown>[]);
     } catch (error) {
-      return refused(c, error, batch);
+      return refused(c, error, batch, options.logger);
     }
     const created = receipts.every((receipt) => receipt.created);
     const shown = receipts.map((receipt) => ({ ...receipt.job, created: receipt.created }));
@@ -137,7 +140,7 @@ function notFound(c: Context) {
 }
 
 /** The answer to a refused submission. */
-function refused(c: Context, error: unknown, batch: boolean) {
+function refused(c: Context, error: unknown, batch: boolean, logger: Logger) {
   if (error instanceof BacklogFullError) {
     c.header("Retry-After", String(error.retryAfter));
     return c.json({
@@ -157,7 +160,7 @@ function refused(c: Context, error: unknown, batch: boolean) {
     );
   }
   const fenced = error instanceof QueueFencedError;
-  console.error("workpull: adding jobs failed", error);
+  logger.error("adding jobs failed", error);
   c.header("Retry-After", "1");
   return c.json({ error: fenced ? "not-serving" : "unavailable" }, 503);
 }

@@ -5,6 +5,7 @@
  * @module
  */
 
+import { defaultLogger, type Logger } from "../core/logger.ts";
 import type { AuthFailureReason, Route } from "./auth.ts";
 
 /** One report from the network edge, passed to the app's `onEvent` option. */
@@ -75,11 +76,23 @@ export type NetEvent =
 export type NetEventListener = (event: NetEvent) => void;
 
 /** Call `listener` without letting it throw into the edge. */
-export function report(listener: NetEventListener | undefined, event: NetEvent): void {
+export function report(
+  listener: NetEventListener | undefined,
+  event: NetEvent,
+  logger: Logger = defaultLogger,
+): void {
   if (!listener) return;
   try {
     listener(event);
   } catch (error) {
-    console.error("workpull: the onEvent listener threw", error);
+    logger.error("the onEvent listener threw", error);
   }
+}
+
+/** `listener` made safe to call: what it throws goes to `logger`. */
+export function loggedListener(
+  listener: NetEventListener | undefined,
+  logger: Logger,
+): NetEventListener | undefined {
+  return listener && ((event) => report(listener, event, logger));
 }

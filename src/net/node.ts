@@ -30,17 +30,24 @@ import type { IncomingMessage } from "node:http";
 import { STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
 import { createAdaptorServer } from "@hono/node-server";
-import { Hono } from "hono";
+import type { Hono } from "hono";
 import { defineWebSocketHelper, WSContext, type WSEvents } from "hono/ws";
 import { type RawData, type WebSocket, WebSocketServer } from "ws";
 import { SUBPROTOCOL } from "../protocol/schemas.ts";
-import { buildWorkpullHono, DEFAULT_MAX_FRAME_BYTES, type WebSocketUpgrader } from "./app.ts";
+import {
+  buildWorkpullHono,
+  DEFAULT_MAX_FRAME_BYTES,
+  type WebSocketUpgrader,
+  type WorkpullAppOptions,
+} from "./app.ts";
+import { guard as guardAs } from "./safety.ts";
+import { type Logger, loggerOption } from "../core/logger.ts";
 import { closeDashboardStreams } from "../dashboard/routes.ts";
-import { guard } from "./safety.ts";
 import {
   closeOnShutdown,
   idleSeconds,
   listenOptions,
+  servedRoot,
   type ServeOptions,
   serverUrls,
   type WorkpullServer,
@@ -58,6 +65,8 @@ export interface NodeWebSocketOptions {
    * it above the app's `maxFrameBytes` so the app can report oversized frames. Default 1 MiB.
    */
   readonly maxPayloadLength?: number;
+  /** Where contained failures are reported. Default: `console.error`. */
+  readonly logger?: Logger;
 }
 
 /**
@@ -133,6 +142,8 @@ export function nodeWebSocket(options: NodeWebSocketOptions = {}): NodeWebSocket
     handleProtocols: (offered) => offered.has(SUBPROTOCOL) ? SUBPROTOCOL : false,
   });
   const liveness = new Map<WebSocket, Liveness>();
+  const logger = loggerOption("nodeWebSocket", options.logger);
+  const guard = (what: string, body: () => void) => guardAs(what, body, logger);
   let ticker: ReturnType<typeof setInterval> | undefined;
 
   /** One idle-timeout tick: ping the quiet, terminate the silent after a ping. */
@@ -261,12 +272,20 @@ export function nodeWebSocket(options: NodeWebSocketOptions = {}): NodeWebSocket
 export async function serveNode(options: ServeOptions): Promise<WorkpullServer> {
   const listen = listenOptions("serveNode", options);
   const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
+  const logger = loggerOption("serveNode", options.logger);
   const sockets = nodeWebSocket({
     idleTimeout: listen.idleTimeoutSeconds * 1000,
     maxPayloadLength: Math.max(4 * maxFrameBytes, 1024 * 1024),
+    logger,
   });
-  const app = buildWorkpullHono({ ...options, upgradeWebSocket: sockets.upgradeWebSocket });
-  const root = listen.basePath ? new Hono().route(listen.basePath, app) : app;
+  const built: Hono[] = []; // every app served, for their dashboard streams at close
+  const build = (app: Omit<WorkpullAppOptions, "upgradeWebSocket">) => {
+    const hono = buildWorkpullHono({ ...app, upgradeWebSocket: sockets.upgradeWebSocket });
+    built.push(hono);
+    return hono;
+  };
+  const app = build(options);
+  const root = servedRoot("serveNode", listen, app, options, build);
   // overrideGlobalObjects: false: serving must not replace the process's Request and Response.
   const server = createAdaptorServer({ fetch: root.fetch, overrideGlobalObjects: false });
   sockets.injectWebSocket(server, root);
@@ -284,13 +303,13 @@ export async function serveNode(options: ServeOptions): Promise<WorkpullServer> 
     );
   });
   // A server error after listening (rare: the listening socket failed) must not end the process.
-  server.on("error", (error) => console.error("workpull: the Node server failed", error));
+  server.on("error", (error) => logger.error("the Node server failed", error));
   const address = server.address();
   const port = typeof address === "object" && address ? address.port : listen.port;
   const { url, workersUrl } = serverUrls(listen.hostname, port, listen.basePath);
   const close = closeOnShutdown(listen, options, () =>
     new Promise<void>((resolve) => {
-      closeDashboardStreams(app);
+      for (const served of built) closeDashboardStreams(served);
       sockets.close();
       server.close(() => resolve());
       // Idle keep-alive connections would hold close() open until they time out.

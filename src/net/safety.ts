@@ -7,13 +7,14 @@
  */
 
 import { utf8Length } from "../controller/durable_lane.ts";
+import { defaultLogger, type Logger } from "../core/logger.ts";
 
 /** Run `body`; log what it throws instead of letting it escape. */
-export function guard(what: string, body: () => void): void {
+export function guard(what: string, body: () => void, logger: Logger = defaultLogger): void {
   try {
     body();
   } catch (error) {
-    console.error(`workpull: ${what} failed`, error);
+    logger.error(`${what} failed`, error);
   }
 }
 

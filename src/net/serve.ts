@@ -4,9 +4,16 @@
  * @module
  */
 
+import { Hono } from "hono";
 import { booleanOption, durationOption, integerOption } from "../core/options.ts";
 import { drainOnShutdown } from "./shutdown.ts";
 import type { WorkpullApp, WorkpullAppOptions } from "./app.ts";
+
+/** One more app served on the same port (another flow), under its own base path. */
+export interface MountedAppOptions extends Omit<WorkpullAppOptions, "upgradeWebSocket"> {
+  /** Where to mount it, for example "/flows/thumbnails". */
+  readonly basePath: string;
+}
 
 /** Options of `serveDeno` and `serveBun`: the app's options plus where to listen. */
 export interface ServeOptions extends Omit<WorkpullAppOptions, "upgradeWebSocket"> {
@@ -35,6 +42,12 @@ export interface ServeOptions extends Omit<WorkpullAppOptions, "upgradeWebSocket
    * Default 10,000 (1,000..255,000).
    */
   readonly httpIdleTimeout?: number;
+  /**
+   * More workpull apps served on the same port, each under its own `basePath`: several flows
+   * (each its own queue or controller and credentials) on one server. They share the listening
+   * options; on a signal every one drains. Default: none.
+   */
+  readonly apps?: readonly MountedAppOptions[];
 }
 
 /** A running server. */
@@ -106,12 +119,48 @@ export function closeOnShutdown(
   };
   if (listen.drainOnSignals) {
     unregister = drainOnShutdown(async () => {
-      if (options.queue) await options.queue.drain();
-      else await options.controller?.drain();
+      await Promise.all(
+        [options, ...options.apps ?? []].map((app) =>
+          app.queue ? app.queue.drain() : app.controller?.drain()
+        ),
+      );
       await close();
     });
   }
   return close;
+}
+
+/**
+ * What a server serves: `app` at the base path, and each of `options.apps` (built by `build`)
+ * at its own. Throws an error naming a bad `apps` entry.
+ */
+export function servedRoot(
+  owner: string,
+  listen: ListenOptions,
+  app: Hono,
+  options: ServeOptions,
+  build: (options: MountedAppOptions) => Hono,
+): Hono {
+  const apps = options.apps ?? [];
+  if (!Array.isArray(apps)) {
+    throw new TypeError(`Cannot create ${owner}: option "apps" must be an array`);
+  }
+  if (apps.length === 0) return listen.basePath ? new Hono().route(listen.basePath, app) : app;
+  const root = new Hono().route(listen.basePath || "/", app);
+  const paths = new Set([listen.basePath]);
+  apps.forEach((mounted, i) => {
+    const path = typeof mounted?.basePath === "string"
+      ? mounted.basePath.replace(/\/+$/, "")
+      : undefined;
+    if (path === undefined || !mounted.basePath.startsWith("/") || paths.has(path)) {
+      throw new TypeError(
+        `Cannot create ${owner}: option "apps.${i}.basePath" must start with "/" and differ from the others`,
+      );
+    }
+    paths.add(path);
+    root.route(path, build(mounted));
+  });
+  return root;
 }
 
 /** The base and WebSocket URLs of a server listening on `hostname:port`. */

@@ -39,6 +39,7 @@ import { utf8Length } from "../controller/durable_lane.ts";
 import { CloseCode, type Link, type LinkReceiver } from "../transport/link.ts";
 import { type NetEventListener, report } from "./net_event.ts";
 import { closeReason, guard as guardAs } from "./safety.ts";
+import { defaultLogger, type Logger } from "../core/logger.ts";
 import { TokenBucket } from "./token_bucket.ts";
 
 /** What the edge needs from a server-side socket, whatever the runtime. */
@@ -131,6 +132,8 @@ export interface SocketLinkOptions {
   readonly onEvent?: NetEventListener;
   /** Called once when the connection is finished, however it ended. */
   readonly onFinish?: () => void;
+  /** Where contained failures are reported. Default: `console.error`. */
+  readonly logger?: Logger;
 }
 
 /** Timers beyond this many ms are re-armed in steps (setTimeout holds a 32-bit delay). */
@@ -156,6 +159,8 @@ export function socketEvents(
   options: SocketLinkOptions,
 ): WSEvents {
   const { maxFrameBytes, maxBufferedBytes, worker, onEvent } = options;
+  const logger = options.logger ?? defaultLogger;
+  const guard = (body: () => void) => guardAs("a WebSocket handler", body, logger);
   const highWater = Math.min(options.writeHighWater ?? 1024 * 1024, maxBufferedBytes);
   const bucket = options.frameRate === undefined ? undefined : new TokenBucket(
     options.frameRate,
@@ -241,7 +246,7 @@ export function socketEvents(
           report(onEvent, { kind: "credential-revoked", worker });
           shut(CloseCode.credentialExpired, "credential no longer valid: get a new token");
         },
-        (error) => console.error("workpull: re-checking a credential failed", error),
+        (error) => logger.warn("re-checking a credential failed", error),
       );
     });
   };
@@ -336,8 +341,4 @@ function frameBytes(data: WSMessageReceive, limit: number): number {
   }
   if (data instanceof Blob) return data.size;
   return data.byteLength;
-}
-
-function guard(body: () => void): void {
-  guardAs("a WebSocket handler", body);
 }

@@ -172,7 +172,17 @@ function keyFor(secret: TokenSecret): Promise<CryptoKey> {
     if (known) return Promise.resolve(known);
     return importTokenKey(secret).then((key) => (keys.set(secret, key), key));
   }
-  return Promise.resolve(secret);
+  if (typeof secret === "object" && secret !== null && (secret as CryptoKey).type === "secret") {
+    return Promise.resolve(secret);
+  }
+  // Typically an unset environment variable: say so rather than let Web Crypto fail obscurely.
+  return Promise.reject(
+    new TypeError(
+      `Cannot use the token secret: it must be a string or Uint8Array of at least ${MIN_SECRET_BYTES} bytes, or an HMAC CryptoKey, got ${
+        secret === undefined ? "undefined (an unset environment variable?)" : typeof secret
+      }`,
+    ),
+  );
 }
 
 /**

@@ -52,6 +52,7 @@ import {
   integerOption,
   optionsObject,
 } from "../core/options.ts";
+import { type Logger, loggerOption } from "../core/logger.ts";
 import { SafeEventTarget } from "../core/safe_event_target.ts";
 import { decodeControllerFrame, encodeFrame } from "../protocol/codec.ts";
 import {
@@ -129,6 +130,8 @@ export interface WorkerEndpointOptions<T> {
   readonly incarnation?: string;
   /** The time source. Default: the system clock. */
   readonly clock?: Clock;
+  /** Where contained failures are reported. Default: `console.error` (see `createLogger`). */
+  readonly logger?: Logger;
 }
 
 /**
@@ -392,6 +395,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   #settled: (() => void) | undefined;
   readonly #abort = new AbortController();
   #processed = 0;
+  readonly #logger: Logger;
   /** Jobs whose handler returned a plain value, and the value, until their microtask runs. */
   readonly #returned: unknown[] = [];
   readonly #onReturned = () => {
@@ -442,6 +446,8 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       ? crypto.randomUUID()
       : identifierOption(owner, "incarnation", options.incarnation);
     this.#clock = options.clock ?? systemClock;
+    this.#logger = loggerOption(owner, options.logger);
+    this.reportTo(this.#logger);
   }
 
   /** Jobs this endpoint's handler completed. */
@@ -553,13 +559,17 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     this.#live = false;
     this.#ackTimer?.cancel();
     this.#ackTimer = undefined;
+    // Ticks serve a link; the next `attach` starts them again. Without this an endpoint whose
+    // controller closed (in process, nobody reconnects) kept a timer and its process alive.
+    this.#tick?.cancel();
+    this.#tick = undefined;
   }
 
   #guard(body: () => void): void {
     try {
       body();
     } catch (error) {
-      console.error("workpull: worker endpoint handler failed", error);
+      this.#logger.error("a worker endpoint handler failed", error);
     }
   }
 
@@ -618,7 +628,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   }
 
   #scheduleTick(): void {
-    if (this.#tick || this.closed) return;
+    if (this.#tick || this.closed || !this.#link) return;
     this.#tick = this.#clock.setTimeout(() => {
       this.#tick = undefined;
       this.#guard(() => this.#onTick());
@@ -869,7 +879,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       if (job.outcomes) this.#succeeded(job, value);
       else this.#handled(job);
     } catch (error) {
-      console.error("workpull: worker endpoint handler failed", error);
+      this.#logger.error("a worker endpoint handler failed", error);
     }
     this.#afterRun();
   }

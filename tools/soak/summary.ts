@@ -112,8 +112,10 @@ export interface Summary {
     readonly count: number;
     readonly worstMs: number | null;
     readonly medianMs: number | null;
-    /** Restarted controllers that delivered nothing before they ended. */
+    /** Restarted controllers that lived `SHORT_LIFE_MS` or more and delivered nothing. */
     readonly withoutDelivery: number;
+    /** Restarted controllers killed again before their first delivery, sooner than that. */
+    readonly cutShort: number;
     /**
      * Each restart, ms after its spawn: first delivery (`ms`), and the controller's own
      * start-up: modules loaded, KV file opened, port listening, queue loaded (`readyMs`).
@@ -121,6 +123,8 @@ export interface Summary {
     readonly samples: {
       pid: number;
       ms: number | null;
+      /** From spawn to exit (null: still running at the end). */
+      lifeMs: number | null;
       modulesLoadedMs: number | null;
       kvOpenedMs: number | null;
       listeningMs: number | null;

@@ -32,6 +32,12 @@ export interface VerifySettings {
 /** Avoidable duplicates shown per diagnosis. */
 const EXAMPLES = 5;
 const LOST_EXAMPLES = 20;
+/**
+ * A restarted controller killed again sooner than this after its spawn may not have delivered
+ * yet through no fault of its own (its workers were still backing off to reconnect): such a
+ * restart is "cut short", not "without delivery".
+ */
+export const SHORT_LIFE_MS = 5_000;
 
 /** Verify the journals under `paths`. */
 export function verify(paths: SoakPaths, given: VerifySettings): Summary {
@@ -143,9 +149,11 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
     }
     const ready = evidence.ready.get(spawn.pid);
     const since = (t: number | undefined) => t === undefined ? null : round(t - spawn.t);
+    const exit = evidence.exits.find((e) => e.pid === spawn.pid);
     return {
       pid: spawn.pid,
       ms: first === Infinity ? null : round(first - spawn.t),
+      lifeMs: exit === undefined ? null : round(exit.t - spawn.t),
       modulesLoadedMs: since(ready?.modulesLoaded),
       kvOpenedMs: since(ready?.kvOpened),
       listeningMs: since(ready?.listening),
@@ -215,7 +223,14 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
       count: samples.length,
       worstMs: measured.length > 0 ? measured[measured.length - 1] : null,
       medianMs: measured.length > 0 ? measured[Math.floor(measured.length / 2)] : null,
-      withoutDelivery: samples.length - measured.length,
+      withoutDelivery:
+        samples.filter((sample) =>
+          sample.ms === null && (sample.lifeMs === null || sample.lifeMs >= SHORT_LIFE_MS)
+        ).length,
+      cutShort:
+        samples.filter((sample) =>
+          sample.ms === null && sample.lifeMs !== null && sample.lifeMs < SHORT_LIFE_MS
+        ).length,
       samples,
     },
     controller: {

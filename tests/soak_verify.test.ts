@@ -540,3 +540,80 @@ test("a confirmation its instance had taken is lost to the instance's kill, bind
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+/**
+ * Both stopped (found in a 3-instance soak): w1 (pid 501) holds j1 from i1 (pid 401, session s1)
+ * when it is SIGSTOPped at 1,000; i1 is SIGSTOPped at 2,000. i2 (pid 402) takes i1's jobs over at
+ * 4,850 and w2 runs j1 at 4,900. w1 gets SIGCONT at 5,000, i1 only at 6,000: w1 runs the j1 it
+ * held at 5,020, before anything could tell it (i1 finds itself fenced and exits at 6,050; w1's
+ * socket closes at 6,060, more than a notice window after w1's own SIGCONT). That rerun is the
+ * instance stop's, not avoidable.
+ */
+function writeBothStoppedStory(j: Journals): void {
+  const spawn = (role: string, name: string, pid: number, t: number) =>
+    j.soak({ ev: "spawn", role, name, runtime: "deno", pid, t });
+  j.soak({ ev: "phase", phase: "start", t: 0 });
+  for (
+    const [name, pid, session, id] of [["i1", 401, "s1", "id1"], ["i2", 402, "s2", "id2"]] as const
+  ) {
+    spawn("controller", name, pid, 0);
+    j.controller(pid, { ev: "ready", session, name, instance: id, loaded: 0, t: 100 });
+  }
+  spawn("worker", "w1", 501, 50);
+  spawn("worker", "w2", 502, 50);
+  j.attach("w1", 501, 200, "s1", "b1");
+  j.attach("w2", 502, 200, "s2", "b1");
+  j.producer({ ev: "send", from: 1, to: 1, attempt: 1, t: 300 });
+  j.producer({ ev: "ack", from: 1, to: 1, t: 500 });
+  j.soak({ ev: "fault", kind: "worker-stop", target: "w1", pid: 501, t: 1000, ms: 4000 });
+  j.soak({ ev: "fault", kind: "instance-stop", target: "i1", pid: 401, t: 2000, ms: 4000 });
+  j.controller(402, { ev: "takeover", of: "id1", jobs: 1, expiredAt: 4800, t: 4850 });
+  j.run("w2", 502, "w2", "b1", 1, 4900, 4910);
+  j.soak({ ev: "cont", name: "w1", pid: 501, t: 5000 });
+  j.run("w1", 501, "w1", "b1", 1, 5020, 5030);
+  j.soak({ ev: "cont", name: "i1", pid: 401, t: 6000 });
+  j.soak({
+    ev: "exit",
+    role: "controller",
+    name: "i1",
+    pid: 401,
+    code: 4,
+    signal: null,
+    expected: true,
+    t: 6050,
+  });
+  j.worker("w1", 501, { ev: "disconnected", ep: "w1", code: 1006, t: 6060 });
+}
+
+test("a worker resumed before its stopped instance runs what it held: the instance stop's rerun", () => {
+  const dir = mkdtempSync(join(tmpdir(), "workpull-soak-verify-"));
+  try {
+    const journals = new Journals(dir);
+    writeBothStoppedStory(journals);
+    const summary = verify(journals.paths, {
+      settings: {
+        minutes: 1,
+        rate: 1,
+        seed: 1,
+        workers: [],
+        ackDelayMs: 10,
+        reconnectGraceMs: 1000,
+        drainDeadlineS: 60,
+        instances: 2,
+        leaseMs: 3000,
+      },
+      drain: { complete: true, remaining: 0, ms: 0 },
+    });
+    assert.equal(summary.lost, 0);
+    const { byFault: _, ...causes } = summary.duplicates;
+    assert.deepEqual(causes, {
+      total: 1,
+      running: 1, // j1 at w1: started after both stops, before w1 could know of i1's
+      "ack-delay": 0,
+      "unconfirmed-at-controller-kill": 0,
+      avoidable: 0,
+    });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -11,7 +11,8 @@
  * finished by then; or it started after F but before its endpoint could know, that is before the
  * endpoint recorded the disconnection F caused or the controller's word that its binding ended (a
  * job taken from the buffer in the event-loop turn of a SIGCONT, or in the tens of milliseconds a
- * killed controller's sockets take to close). Such a late starter is a duplicate by itself,
+ * killed controller's sockets take to close; when F stopped the worker's instance, not before
+ * that instance runs again either: a worker resumed first runs what it holds, unaware). Such a late starter is a duplicate by itself,
  * whether it started before or after the redelivery.
  *
  * **ack-delay** — the confirmation had not reached the controller when F came: the handler
@@ -260,7 +261,10 @@ export class Classifier {
       const stop = faults?.stops.find((stop) => stop.from <= t && stop.to >= t);
       const last = stop ? stop.from : t;
       if (start <= t + S && (!ended || end >= last - S)) return consider("running", fault, at);
-      const from = stop ? stop.to : kill?.resumedAt ?? t;
+      // The worker notices once both it and a stopped instance run again: a worker resumed
+      // while its instance is still stopped starts what it had buffered (the instance's lease
+      // may have lapsed and its jobs gone elsewhere meanwhile), and cannot know.
+      const from = Math.max(stop ? stop.to : t, kill?.resumedAt ?? t);
       if (
         noticeable && start > t && detached < Infinity &&
         start <= this.#notice(endpoint, t, from) // the worker's clock: no slack

@@ -114,7 +114,7 @@ function journals(dir: string) {
   const ends = new Map<string, number>();
   /** Handlers running now (started, not ended), by pid. */
   const running = new Map<number, Set<string>>();
-  const claims = new Map<number, { id: string; t: number }[]>();
+  const claims = new Map<number, { id: string; asked: number; t: number }[]>();
   const added = new Set<string>();
   for (const file of readdirSync(dir).filter((name) => name.endsWith(".jsonl"))) {
     const pid = Number(file.split(".")[1]);
@@ -135,7 +135,7 @@ function journals(dir: string) {
       } else if (record.ev === "added") { for (const id of record.ids) added.add(id); }
       else if (record.ev === "claim") {
         const list = claims.get(pid) ?? [];
-        for (const id of record.ids) list.push({ id, t: record.t });
+        for (const id of record.ids) list.push({ id, asked: record.asked, t: record.t });
         claims.set(pid, list);
       }
     }
@@ -280,9 +280,14 @@ test(
 
       const seen = journals(dir);
       const claimedByB = seen.claims.get(b.pid) ?? [];
-      const heldByB = new Set(claimedByB.filter((claim) => claim.t < stoppedAt).map((c) => c.id));
+      // A claim asked for before the stop may be journaled after the SIGCONT (its commit landed
+      // before the stop; its continuation ran after): it was held at the stop. One asked for
+      // after the SIGCONT must have failed: b's fence had moved.
+      const heldByB = new Set(
+        claimedByB.filter((claim) => claim.asked < stoppedAt).map((c) => c.id),
+      );
       assert.deepEqual(
-        claimedByB.filter((claim) => claim.t >= resumedAt),
+        claimedByB.filter((claim) => claim.asked >= resumedAt),
         [],
         "b claimed nothing after its SIGCONT",
       );

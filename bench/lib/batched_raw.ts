@@ -42,7 +42,7 @@ interface Peer {
 }
 
 /** Start the batched baseline server on 127.0.0.1, a free port. */
-export function batchedRawServer(): BatchedRawServer {
+export async function batchedRawServer(): Promise<BatchedRawServer> {
   const peers: Peer[] = [];
   let total = 0;
   let handedOut = 0;
@@ -102,6 +102,21 @@ export function batchedRawServer(): BatchedRawServer {
     close,
   });
 
+  if (runtime === "node") {
+    // Node: a `ws` server, as for the per-job raw baseline (serveNode is built on it too).
+    const { WebSocketServer } = await import("ws");
+    const wss = new WebSocketServer({ port: 0, host: "127.0.0.1", perMessageDeflate: false });
+    wss.on("connection", (socket) => {
+      const peer = peerOf((text) => socket.send(text));
+      socket.on("message", (data) => onFrame(peer, data.toString()));
+    });
+    await new Promise((resolve) => wss.once("listening", resolve));
+    return server((wss.address() as { port: number }).port, () =>
+      new Promise<void>((resolve) => {
+        for (const client of wss.clients) client.terminate();
+        wss.close(() => resolve());
+      }));
+  }
   if (runtime === "deno") {
     const deno = Deno.serve({ port: 0, hostname: "127.0.0.1", onListen() {} }, (request) => {
       const { socket, response } = Deno.upgradeWebSocket(request);
@@ -145,7 +160,7 @@ export class BatchedRawSetup implements Setup {
 
   /** `topology.processes` client processes with `topology.perProcess` sockets each. */
   static async start(topology: Topology, window: number): Promise<BatchedRawSetup> {
-    const server = batchedRawServer();
+    const server = await batchedRawServer();
     const clients: Child[] = [];
     try {
       const { command, args } = scriptCommand(

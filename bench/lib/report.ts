@@ -868,6 +868,27 @@ export function readmeSection(results: Results): string {
       x(b.drain.median / b.rawDrain.median),
     ]);
   }
+  if (deno?.cluster) {
+    const c = deno.cluster;
+    const [one, ...more] = c.throughput;
+    for (const t of more) {
+      rows.push([
+        `Shared flow: ${t.instances} instances × ${c.endpointsPerInstance} endpoints on one Deno KV file, Deno`,
+        `${n0(t.median)} jobs/s`,
+        `1 instance: ${n0(one.median)} jobs/s`,
+        x(t.median / one.median),
+      ]);
+    }
+    const k = c.takeover.median;
+    rows.push([
+      `Shared flow: instance SIGKILLed holding ${k.jobs} jobs (lease ${
+        ms(c.takeover.leaseTtl, 0)
+      }, renewed every ${ms(c.takeover.renewInterval, 0)}), Deno`,
+      `taken over after ${ms(k.takeover, 0)}, first redelivery ${ms(k.firstRedelivery, 0)}`,
+      "",
+      "",
+    ]);
+  }
   for (const c of natsComparisons(results)) {
     rows.push([c.measure, c.workpull ? `${n0(c.workpull)} jobs/s` : "", c.peer, c.ratio]);
   }

@@ -93,6 +93,24 @@ class Journals {
   }
 }
 
+/** Verify a shared-mode story of `instances` instances (lease 3 s). */
+function verifyShared(journals: Journals, instances: number) {
+  return verify(journals.paths, {
+    settings: {
+      minutes: 1,
+      rate: 1,
+      seed: 1,
+      workers: [],
+      ackDelayMs: 10,
+      reconnectGraceMs: 1000,
+      drainDeadlineS: 60,
+      instances,
+      leaseMs: 3000,
+    },
+    drain: { complete: true, remaining: 0, ms: 0 },
+  });
+}
+
 function writeStory(j: Journals): void {
   const spawn = (role: string, name: string, pid: number, t: number) =>
     j.soak({ ev: "spawn", role, name, runtime: "deno", pid, t });
@@ -402,20 +420,7 @@ test("the verifier excuses what an instance's stop or kill explains, and only th
   try {
     const journals = new Journals(dir);
     writeSharedStory(journals);
-    const summary = verify(journals.paths, {
-      settings: {
-        minutes: 1,
-        rate: 1,
-        seed: 1,
-        workers: [],
-        ackDelayMs: 10,
-        reconnectGraceMs: 1000,
-        drainDeadlineS: 60,
-        instances: 3,
-        leaseMs: 3000,
-      },
-      drain: { complete: true, remaining: 0, ms: 0 },
-    });
+    const summary = verifyShared(journals, 3);
     assert.equal(summary.lost, 0);
     const { byFault: _, ...causes } = summary.duplicates;
     assert.deepEqual(causes, {
@@ -512,20 +517,7 @@ test("a confirmation its instance had taken is lost to the instance's kill, bind
   try {
     const journals = new Journals(dir);
     writeUnboundStory(journals);
-    const summary = verify(journals.paths, {
-      settings: {
-        minutes: 1,
-        rate: 1,
-        seed: 1,
-        workers: [],
-        ackDelayMs: 10,
-        reconnectGraceMs: 1000,
-        drainDeadlineS: 60,
-        instances: 2,
-        leaseMs: 3000,
-      },
-      drain: { complete: true, remaining: 0, ms: 0 },
-    });
+    const summary = verifyShared(journals, 2);
     assert.equal(summary.lost, 0);
     const { byFault: _, ...causes } = summary.duplicates;
     assert.deepEqual(causes, {
@@ -590,20 +582,7 @@ test("a worker resumed before its stopped instance runs what it held: the instan
   try {
     const journals = new Journals(dir);
     writeBothStoppedStory(journals);
-    const summary = verify(journals.paths, {
-      settings: {
-        minutes: 1,
-        rate: 1,
-        seed: 1,
-        workers: [],
-        ackDelayMs: 10,
-        reconnectGraceMs: 1000,
-        drainDeadlineS: 60,
-        instances: 2,
-        leaseMs: 3000,
-      },
-      drain: { complete: true, remaining: 0, ms: 0 },
-    });
+    const summary = verifyShared(journals, 2);
     assert.equal(summary.lost, 0);
     const { byFault: _, ...causes } = summary.duplicates;
     assert.deepEqual(causes, {

@@ -873,8 +873,8 @@ export class JobStoreEngine implements JobStore {
   }
 }
 
-/** A copy of a batch as it is now. */
-function copyBatch(batch: QueueBatch): QueueBatch {
+/** A copy of a batch as it is now (a store's call may run after the caller changed it). */
+export function copyBatch(batch: QueueBatch): QueueBatch {
   return {
     ...(batch.store
       ? {

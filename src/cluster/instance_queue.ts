@@ -42,6 +42,7 @@ import {
   type UnconfirmedMessage,
 } from "../queue/work_queue.ts";
 import type { JobStoreSettings, ReadyJob } from "../backlog/job_store.ts";
+import { copyBatch } from "../backlog/job_store_engine.ts";
 import type { BacklogNotice, Candidate, SharedBacklog } from "./backlog.ts";
 import {
   decodeCursor,
@@ -730,22 +731,6 @@ function hash(text: string): number {
     h = Math.imul(h, 0x01000193);
   }
   return h >>> 0;
-}
-
-function copyBatch(batch: QueueBatch): QueueBatch {
-  return {
-    ...(batch.store
-      ? {
-        store: {
-          firstSeq: batch.store.firstSeq,
-          jobs: batch.store.jobs.map((job) => ({ messageId: job.messageId, payload: job.payload })),
-        },
-      }
-      : {}),
-    ...(batch.accept ? { accept: [...batch.accept] } : {}),
-    ...(batch.confirm ? { confirm: [...batch.confirm] } : {}),
-    ...(batch.outcomes ? { outcomes: new Map(batch.outcomes) } : {}),
-  };
 }
 
 function checkJob(messageId: string, payload: string, maxBytes: number): void {

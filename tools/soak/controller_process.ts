@@ -26,6 +26,7 @@ import { BufferedProducer, type DeliveryConfirmed, WorkPullingController } from 
 import { DenoKvWorkQueue } from "../../deno_kv.ts";
 import { serveDeno } from "../../deno.ts";
 import type { WorkpullServer } from "../../server.ts";
+import { journalBindings, journalCommits } from "./controller_journal.ts";
 import { Journal, wallClock } from "./journal.ts";
 import { announce, type ChildBase, childConfig } from "./lifeline.ts";
 
@@ -58,37 +59,7 @@ queue.load = async (options) => {
   return result;
 };
 
-// A retried unit keeps the start of its first attempt: what it carries was fixed then.
-let failedSince: number | undefined;
-const commit = queue.commit.bind(queue);
-queue.commit = async (epoch, batch, options) => {
-  const s = failedSince ?? wallClock();
-  let result;
-  try {
-    result = await commit(epoch, batch, options);
-  } catch (error) {
-    failedSince = s;
-    throw error;
-  }
-  const retried = failedSince !== undefined;
-  failedSince = undefined;
-  const stores = batch.store?.jobs.length ?? 0;
-  const accepts = batch.accept?.length ?? 0;
-  const confirms = batch.confirm?.length ?? 0;
-  journal.write({
-    ev: "commit",
-    pid,
-    s,
-    e: wallClock(),
-    stores,
-    accepts,
-    confirms,
-    // It may have left queued confirmations for the next commit: at the operation limit, or
-    // retried (a retry after a timed-out attempt drops its confirmations).
-    full: retried || stores + accepts + confirms >= queue.batchLimits.maxOperations - 1,
-  });
-  return result;
-};
+journalCommits(queue, journal, pid, queue.batchLimits.maxOperations);
 
 /** A `BufferedProducer` that records every confirmation the controller applies. */
 class JournaledProducer extends BufferedProducer {
@@ -106,47 +77,7 @@ const controller = new WorkPullingController({
   reconnectGrace: config.reconnectGrace,
   deliveryConfirmation: true,
 });
-controller.addEventListener("worker-bound", (event) => {
-  journal.write({
-    ev: "bound",
-    pid,
-    session: controller.session,
-    ep: event.worker,
-    binding: event.binding,
-    t: wallClock(),
-  });
-});
-controller.addEventListener("worker-unbound", (event) => {
-  journal.write({
-    ev: "unbound",
-    pid,
-    session: controller.session,
-    ep: event.worker,
-    binding: event.binding,
-    reason: event.reason,
-    requeued: event.requeued,
-    t: wallClock(),
-  });
-});
-controller.addEventListener("requeued", (event) => {
-  journal.write({
-    ev: "requeued",
-    pid,
-    session: controller.session,
-    ep: event.worker,
-    ids: [...event.messageIds],
-    t: wallClock(),
-  });
-});
-controller.addEventListener("restarted", (event) => {
-  journal.write({
-    ev: "restarted",
-    pid,
-    session: event.session,
-    cause: String(event.cause),
-    t: wallClock(),
-  });
-});
+journalBindings(controller, journal, pid);
 controller.addEventListener("delivery-failed", (event) => {
   journal.write({
     ev: "failed",

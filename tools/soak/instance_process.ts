@@ -28,6 +28,7 @@ import { type ClusterKvLike, DenoKvClusterStore } from "../../deno_kv.ts";
 import { serveDeno } from "../../deno.ts";
 import type { WorkpullServer } from "../../server.ts";
 import { FENCED_EXIT } from "./instance_exit.ts";
+import { journalBindings, journalCommits } from "./controller_journal.ts";
 import { Journal, wallClock } from "./journal.ts";
 import { announce, type ChildBase, childConfig } from "./lifeline.ts";
 
@@ -72,37 +73,7 @@ store.load = async (options) => {
   return result;
 };
 
-// A retried unit keeps the start of its first attempt: what it carries was fixed then.
-let failedSince: number | undefined;
-const commit = store.commit.bind(store);
-store.commit = async (epoch, batch, options) => {
-  const s = failedSince ?? wallClock();
-  let result;
-  try {
-    result = await commit(epoch, batch, options);
-  } catch (error) {
-    failedSince = s;
-    throw error;
-  }
-  const retried = failedSince !== undefined;
-  failedSince = undefined;
-  const stores = batch.store?.jobs.length ?? 0;
-  const accepts = batch.accept?.length ?? 0;
-  const confirms = batch.confirm?.length ?? 0;
-  // Applied before the commit formed: journaled just before its start.
-  for (const id of batch.confirm ?? []) journal.write({ ev: "confirmed", pid, id, t: s - 1 });
-  journal.write({
-    ev: "commit",
-    pid,
-    s,
-    e: wallClock(),
-    stores,
-    accepts,
-    confirms,
-    full: retried || stores + accepts + confirms >= store.batchLimits.maxOperations - 1,
-  });
-  return result;
-};
+journalCommits(store, journal, pid, store.batchLimits.maxOperations, true);
 store.addEventListener("takeover", ({ takeover }) => {
   journal.write({
     ev: "takeover",
@@ -121,47 +92,7 @@ const queue = new JobQueue({
   controller: { reconnectGrace: config.reconnectGrace },
 });
 const controller = queue.controller;
-controller.addEventListener("worker-bound", (event) => {
-  journal.write({
-    ev: "bound",
-    pid,
-    session: controller.session,
-    ep: event.worker,
-    binding: event.binding,
-    t: wallClock(),
-  });
-});
-controller.addEventListener("worker-unbound", (event) => {
-  journal.write({
-    ev: "unbound",
-    pid,
-    session: controller.session,
-    ep: event.worker,
-    binding: event.binding,
-    reason: event.reason,
-    requeued: event.requeued,
-    t: wallClock(),
-  });
-});
-controller.addEventListener("requeued", (event) => {
-  journal.write({
-    ev: "requeued",
-    pid,
-    session: controller.session,
-    ep: event.worker,
-    ids: [...event.messageIds],
-    t: wallClock(),
-  });
-});
-controller.addEventListener("restarted", (event) => {
-  journal.write({
-    ev: "restarted",
-    pid,
-    session: event.session,
-    cause: String(event.cause),
-    t: wallClock(),
-  });
-});
+journalBindings(controller, journal, pid);
 controller.addEventListener("delivery-failed", (event) => {
   const error = event.error as Error | undefined;
   journal.write({ ev: "failed", pid, stage: event.stage, error: String(error), t: wallClock() });

@@ -22,6 +22,7 @@
 import { type Clock, type TimerHandle, wallClock } from "../core/clock.ts";
 import { Heap } from "../core/heap.ts";
 import { RecentMap } from "../core/recent_map.ts";
+import { checkBatch, checkStoredJob } from "../queue/batch_checks.ts";
 import {
   finishTry,
   infoOf,
@@ -437,7 +438,7 @@ export class JobStoreEngine implements JobStore {
     request = { ...request }; // read now: the call may run after the caller changed it
     return this.#transact(options, () => {
       this.#fence(epoch);
-      checkJob(request.messageId, request.payload);
+      checkStoredJob(request.messageId, request.payload);
       const active = this.#active.get(request.messageId);
       if (active) return this.#repeat(request.messageId, active);
       if (request.proposedSeq !== this.#currentSeq + 1) {
@@ -477,23 +478,7 @@ export class JobStoreEngine implements JobStore {
     return this.#transact(options, () => {
       this.#fence(epoch);
       const jobs = batch.store?.jobs ?? [];
-      const fresh = new Set<string>();
-      for (const job of jobs) {
-        checkJob(job.messageId, job.payload);
-        if (!this.#active.has(job.messageId)) fresh.add(job.messageId);
-      }
-      if (fresh.size > 0 && batch.store!.firstSeq !== this.#currentSeq + 1) {
-        throw new QueueConflictError(
-          `Cannot store a batch at ${batch.store!.firstSeq}: the next sequence is ${
-            this.#currentSeq + 1
-          }`,
-        );
-      }
-      for (const id of batch.accept ?? []) {
-        if (!this.#active.has(id) && !fresh.has(id)) {
-          throw new QueueConflictError(`Cannot accept ${id}: unknown MessageID`);
-        }
-      }
+      checkBatch(batch, this.#currentSeq + 1, (id) => this.#active.has(id));
       const stored = jobs.map((job) => {
         const active = this.#active.get(job.messageId);
         return active
@@ -888,13 +873,4 @@ export function copyBatch(batch: QueueBatch): QueueBatch {
     ...(batch.confirm ? { confirm: [...batch.confirm] } : {}),
     ...(batch.outcomes ? { outcomes: new Map(batch.outcomes) } : {}),
   };
-}
-
-function checkJob(messageId: string, payload: string): void {
-  if (typeof messageId !== "string" || messageId.trim() === "") {
-    throw new TypeError("Cannot store a job: messageId must be a non-blank string");
-  }
-  if (typeof payload !== "string" || payload === "") {
-    throw new TypeError(`Cannot store ${messageId}: payload must be non-empty JSON text`);
-  }
 }

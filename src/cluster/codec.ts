@@ -24,14 +24,19 @@
 
 import type { JobOutcome, JobRecord } from "../lifecycle/job_record.ts";
 import { QueueConflictError } from "../queue/work_queue.ts";
+import {
+  joinPayload as joinParts,
+  parse as parseObject,
+  PART_BYTES,
+  splitPayload,
+} from "../backlog/deno_kv/records.ts";
+
+export { PART_BYTES, splitPayload };
 
 /** Payloads up to this many UTF-8 bytes are kept inline in the job's entry. */
 export const INLINE_BYTES = 8 * 1024;
-/** Bytes per payload part. */
-export const PART_BYTES = 60 * 1024;
 
 const encoder = new TextEncoder();
-const decoder = new TextDecoder("utf-8", { fatal: true });
 
 /** The try in progress at the instance holding a job. */
 export interface Trial {
@@ -255,33 +260,12 @@ export function counterAddend(delta: number): bigint {
   return BigInt.asUintN(64, BigInt(delta));
 }
 
-/** A payload's UTF-8 bytes in parts of at most {@linkcode PART_BYTES}. */
-export function splitPayload(payload: string): Uint8Array[] {
-  const bytes = encoder.encode(payload);
-  const parts: Uint8Array[] = [];
-  for (let at = 0; at < bytes.length || parts.length === 0; at += PART_BYTES) {
-    parts.push(bytes.subarray(at, at + PART_BYTES));
-  }
-  return parts;
-}
-
-/** Join a payload's parts (in order) back into its text. */
+/** Join a payload's parts, as read (in order), back into its text. */
 export function joinPayload(parts: readonly unknown[], id: string): string {
   if (!parts.every((part) => part instanceof Uint8Array)) {
     throw malformed(`the payload of job ${id} has a missing or malformed part`);
   }
-  const chunks = parts as Uint8Array[];
-  const bytes = new Uint8Array(chunks.reduce((sum, part) => sum + part.length, 0));
-  let at = 0;
-  for (const part of chunks) {
-    bytes.set(part, at);
-    at += part.length;
-  }
-  try {
-    return decoder.decode(bytes);
-  } catch (error) {
-    throw malformed(`the payload of job ${id} is not UTF-8`, error);
-  }
+  return joinParts(parts as Uint8Array[], id, malformed);
 }
 
 /** UTF-8 length of a string. */
@@ -290,14 +274,7 @@ export function utf8Bytes(text: string): number {
 }
 
 function parse(value: unknown, where: string): Record<string, unknown> {
-  if (!(value instanceof Uint8Array)) throw malformed(`${where} is not bytes`);
-  try {
-    const parsed = JSON.parse(decoder.decode(value));
-    if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) return parsed;
-  } catch (error) {
-    throw malformed(`${where} is not JSON`, error);
-  }
-  throw malformed(`${where} is not a JSON object`);
+  return parseObject(value, where, malformed);
 }
 
 /** The conflict reported for malformed persisted state. */

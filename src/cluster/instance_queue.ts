@@ -43,6 +43,7 @@ import {
 } from "../queue/work_queue.ts";
 import type { JobStoreSettings, ReadyJob } from "../backlog/job_store.ts";
 import { copyBatch } from "../backlog/job_store_engine.ts";
+import { checkBatch, checkStoredJob } from "../queue/batch_checks.ts";
 import type { BacklogNotice, Candidate, SharedBacklog } from "./backlog.ts";
 import {
   decodeCursor,
@@ -465,22 +466,13 @@ export class InstanceQueue {
     const { keys, instance, clock, settings, random } = this.#c;
     const now = clock.now();
     const jobs = batch.store?.jobs ?? [];
-    for (const job of jobs) checkJob(job.messageId, job.payload, this.#c.maxPayloadBytes);
-    const fresh = new Set(
-      jobs.map((job) => job.messageId).filter((id) => !this.#held.get(id)?.entry.trial),
+    const maxBytes = this.#c.maxPayloadBytes;
+    const fresh = checkBatch(
+      batch,
+      this.#currentSeq + 1,
+      (id) => Boolean(this.#held.get(id)?.entry.trial),
+      (messageId, payload) => checkJob(messageId, payload, maxBytes),
     );
-    if (fresh.size > 0 && batch.store!.firstSeq !== this.#currentSeq + 1) {
-      throw new QueueConflictError(
-        `Cannot store a batch at ${batch.store!.firstSeq}: the next sequence is ${
-          this.#currentSeq + 1
-        }`,
-      );
-    }
-    for (const id of batch.accept ?? []) {
-      if (!this.#held.get(id)?.entry.trial && !fresh.has(id)) {
-        throw new QueueConflictError(`Cannot accept ${id}: unknown MessageID`);
-      }
-    }
     const adopting = await this.#readForAdoption(
       [...fresh].filter((id) => !this.#held.has(id)),
       signal,
@@ -733,13 +725,9 @@ function hash(text: string): number {
   return h >>> 0;
 }
 
+/** A stored job's identity and payload, and its payload within `maxBytes`. */
 function checkJob(messageId: string, payload: string, maxBytes: number): void {
-  if (typeof messageId !== "string" || messageId.trim() === "") {
-    throw new TypeError("Cannot store a job: messageId must be a non-blank string");
-  }
-  if (typeof payload !== "string" || payload === "") {
-    throw new TypeError(`Cannot store ${messageId}: payload must be non-empty JSON text`);
-  }
+  checkStoredJob(messageId, payload);
   if (payload.length * 3 > maxBytes && utf8Bytes(payload) > maxBytes) {
     throw new RangeError(
       `Cannot store ${messageId}: its payload is ${

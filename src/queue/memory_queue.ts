@@ -7,6 +7,7 @@
  */
 
 import { RecentMap } from "../core/recent_map.ts";
+import { checkBatch, checkStoredJob } from "./batch_checks.ts";
 import {
   type CompletedMessage,
   type DurableWorkQueue,
@@ -92,7 +93,7 @@ export class MemoryWorkQueue implements DurableWorkQueue {
   ): Promise<StoreResult> {
     return this.#run(options, () => {
       this.#fence(epoch);
-      checkJob(request.messageId, request.payload);
+      checkStoredJob(request.messageId, request.payload);
       const existing = this.#entries.get(request.messageId);
       if (existing) return { seq: existing.seq, alreadyStored: true, payload: existing.payload };
       if (request.proposedSeq !== this.#currentSeq + 1) {
@@ -132,23 +133,7 @@ export class MemoryWorkQueue implements DurableWorkQueue {
       this.#fence(epoch);
       // Validate everything first so that a failure applies nothing.
       const jobs = batch.store?.jobs ?? [];
-      const fresh = new Set<string>();
-      for (const job of jobs) {
-        checkJob(job.messageId, job.payload);
-        if (!this.#entries.has(job.messageId)) fresh.add(job.messageId);
-      }
-      if (fresh.size > 0 && batch.store!.firstSeq !== this.#currentSeq + 1) {
-        throw new QueueConflictError(
-          `Cannot store a batch at ${batch.store!.firstSeq}: the next sequence is ${
-            this.#currentSeq + 1
-          }`,
-        );
-      }
-      for (const id of batch.accept ?? []) {
-        if (!this.#entries.has(id) && !fresh.has(id)) {
-          throw new QueueConflictError(`Cannot accept ${id}: unknown MessageID`);
-        }
-      }
+      checkBatch(batch, this.#currentSeq + 1, (id) => this.#entries.has(id));
       const stored = jobs.map((job) => {
         const existing = this.#entries.get(job.messageId);
         return existing
@@ -208,14 +193,5 @@ export class MemoryWorkQueue implements DurableWorkQueue {
     } catch (error) {
       return Promise.reject(error);
     }
-  }
-}
-
-function checkJob(messageId: string, payload: string): void {
-  if (typeof messageId !== "string" || messageId.trim() === "") {
-    throw new TypeError("Cannot store a job: messageId must be a non-blank string");
-  }
-  if (typeof payload !== "string" || payload === "") {
-    throw new TypeError(`Cannot store ${messageId}: payload must be non-empty JSON text`);
   }
 }

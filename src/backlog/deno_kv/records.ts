@@ -117,8 +117,15 @@ export function splitPayload(payload: string): Uint8Array[] {
   return parts;
 }
 
-/** Join a payload's parts (in order) back into its text. */
-export function joinPayload(parts: readonly Uint8Array[], id: string): string {
+/**
+ * Join a payload's parts (in order) back into its text; `fail` makes the error for bytes that
+ * are not UTF-8 (the shared store names itself in its own).
+ */
+export function joinPayload(
+  parts: readonly Uint8Array[],
+  id: string,
+  fail: typeof malformed = malformed,
+): string {
   const length = parts.reduce((sum, part) => sum + part.length, 0);
   const bytes = new Uint8Array(length);
   let at = 0;
@@ -129,19 +136,24 @@ export function joinPayload(parts: readonly Uint8Array[], id: string): string {
   try {
     return decoder.decode(bytes);
   } catch (error) {
-    throw malformed(`the payload of job ${id} is not UTF-8`, error);
+    throw fail(`the payload of job ${id} is not UTF-8`, error);
   }
 }
 
-function parse(value: unknown, where: string): Record<string, unknown> {
-  if (!(value instanceof Uint8Array)) throw malformed(`${where} is not bytes`);
+/** A stored JSON object (`where` names it in the error `fail` makes otherwise). */
+export function parse(
+  value: unknown,
+  where: string,
+  fail: typeof malformed = malformed,
+): Record<string, unknown> {
+  if (!(value instanceof Uint8Array)) throw fail(`${where} is not bytes`);
   try {
     const parsed = JSON.parse(decoder.decode(value));
     if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) return parsed;
   } catch (error) {
-    throw malformed(`${where} is not JSON`, error);
+    throw fail(`${where} is not JSON`, error);
   }
-  throw malformed(`${where} is not a JSON object`);
+  throw fail(`${where} is not a JSON object`);
 }
 
 /** The conflict reported for malformed persisted state. */

@@ -8,9 +8,8 @@
 
 import { type CommandSpec, type ParsedArgs, UsageError } from "./args.ts";
 import { CliError } from "./exit.ts";
-import { clientFlags, flowName, jsonFlag } from "./flags.ts";
-import { call, DEFAULT_URL, flowUrl } from "./http.ts";
-import { DEFAULT_SECRET_FILE, tokenFor } from "./secret.ts";
+import { clientFlags, clientTarget, jsonFlag } from "./flags.ts";
+import { call } from "./http.ts";
 
 export const deadListSpec: CommandSpec = {
   name: "dead-letters list",
@@ -52,13 +51,7 @@ export async function runDeadLetters(
   args: ParsedArgs,
   action: "list" | "retry" | "delete",
 ): Promise<number> {
-  const flow = flowName(args);
-  const base = flowUrl(args.string("url", DEFAULT_URL), flow);
-  const token = await tokenFor(
-    args.string("token"),
-    flow,
-    args.string("secret-file", DEFAULT_SECRET_FILE),
-  );
+  const { flow, base, token } = await clientTarget(args);
   const id = args.positionals[0];
   if (action === "list") {
     const query = new URLSearchParams();

@@ -7,8 +7,8 @@
 
 import { createLogger, type Logger, type LogLevel } from "../core/logger.ts";
 import { type FlagSpec, type ParsedArgs, UsageError } from "./args.ts";
-import { DEFAULT_URL } from "./http.ts";
-import { DEFAULT_SECRET_FILE } from "./secret.ts";
+import { DEFAULT_URL, flowUrl } from "./http.ts";
+import { DEFAULT_SECRET_FILE, tokenFor } from "./secret.ts";
 
 /** The flow every command uses when `--flow` is not given. */
 export const DEFAULT_FLOW = "jobs";
@@ -81,4 +81,21 @@ export function loggerFrom(args: ParsedArgs): Logger {
     level: args.string("log-level", "info") as LogLevel,
     format: args.string("log-format", "text") as "text" | "json",
   });
+}
+
+/**
+ * What a client command talks to: the flow (`--flow`), its base URL on the server (`--url`) and
+ * a client token (`--token`, or one signed with the local secret of `--secret-file`).
+ */
+export async function clientTarget(
+  args: ParsedArgs,
+): Promise<{ flow: string; base: URL; token: string }> {
+  const flow = flowName(args);
+  const base = flowUrl(args.string("url", DEFAULT_URL), flow);
+  const token = await tokenFor(
+    args.string("token"),
+    flow,
+    args.string("secret-file", DEFAULT_SECRET_FILE),
+  );
+  return { flow, base, token };
 }

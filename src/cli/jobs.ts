@@ -8,9 +8,8 @@
 
 import type { CommandSpec, ParsedArgs } from "./args.ts";
 import { CliError } from "./exit.ts";
-import { clientFlags, flowName } from "./flags.ts";
-import { call, DEFAULT_URL, flowUrl } from "./http.ts";
-import { DEFAULT_SECRET_FILE, tokenFor } from "./secret.ts";
+import { clientFlags, clientTarget } from "./flags.ts";
+import { call } from "./http.ts";
 
 const id = [{ name: "ID", help: "the job's id (its MessageID)", required: true }];
 
@@ -30,13 +29,7 @@ export const jobsCancelSpec: CommandSpec = {
 
 /** Run `jobs get` (or `jobs cancel` with `cancel`). */
 export async function runJob(args: ParsedArgs, cancel: boolean): Promise<number> {
-  const flow = flowName(args);
-  const base = flowUrl(args.string("url", DEFAULT_URL), flow);
-  const token = await tokenFor(
-    args.string("token"),
-    flow,
-    args.string("secret-file", DEFAULT_SECRET_FILE),
-  );
+  const { flow, base, token } = await clientTarget(args);
   const jobId = args.positionals[0];
   const answer = await call(base, `jobs/${encodeURIComponent(jobId)}`, {
     token,

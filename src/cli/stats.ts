@@ -7,9 +7,8 @@
  */
 
 import type { CommandSpec, ParsedArgs } from "./args.ts";
-import { clientFlags, flowName, jsonFlag } from "./flags.ts";
-import { call, DEFAULT_URL, flowUrl } from "./http.ts";
-import { DEFAULT_SECRET_FILE, tokenFor } from "./secret.ts";
+import { clientFlags, clientTarget, jsonFlag } from "./flags.ts";
+import { call } from "./http.ts";
 
 export const statsSpec: CommandSpec = {
   name: "stats",
@@ -28,13 +27,7 @@ interface Stats {
 
 /** Run `stats`. */
 export async function runStats(args: ParsedArgs): Promise<number> {
-  const flow = flowName(args);
-  const base = flowUrl(args.string("url", DEFAULT_URL), flow);
-  const token = await tokenFor(
-    args.string("token"),
-    flow,
-    args.string("secret-file", DEFAULT_SECRET_FILE),
-  );
+  const { flow, base, token } = await clientTarget(args);
   const { body } = await call(base, "stats", { token });
   console.log(args.has("json") ? JSON.stringify(body, null, 2) : summary(flow, body as Stats));
   return 0;

@@ -14,6 +14,7 @@
  */
 
 import { ms, n0, type Results, type RuntimeResults, type Target, x } from "./report.ts";
+import { runtimeLabel } from "./runtime.ts";
 
 /** workpull against one NATS storage type. */
 export interface NatsComparison {
@@ -27,8 +28,6 @@ export interface NatsComparison {
   /** workpull's median / each NATS round. */
   readonly perRound: number[];
 }
-
-const runtimeLabel = (name: string) => name === "deno" ? "Deno" : "Bun";
 
 /** The lowest workpull in-memory throughput of the run, and where it was measured. */
 function lowestInMemory(results: Results): { value: number; where: string } | undefined {

@@ -949,7 +949,7 @@ export function readmeSection(results: Results): string {
       results.generatedAt.slice(0, 10)
     } by a full run of \`${results.command}\`: medians of alternating rounds, each figure next to its baseline measured in the same run, on a shared ${m.cpus}-core ${
       String(m.os).split(" ")[0]
-    } machine that was quiet during the run (Deno ${v.deno}, Bun ${v.bun}, Node ${v.node}; loopback only). ` +
+    } machine that was quiet during the run (load average ${m.loadStart} at the start, ${m.loadEnd} at the end, the benchmark's own processes included; Deno ${v.deno}, Bun ${v.bun}, Node ${v.node}; loopback only). ` +
     "Baselines: a raw WebSocket server and client exchanging one JSON job message and one JSON " +
     "confirmation per job with the same window (100) and layout; the batched raw WebSocket " +
     "limit (workpull's batching and cumulative confirmation, no queue logic); raw Deno KV " +

@@ -12,11 +12,14 @@
  */
 
 import { Deque } from "../core/deque.ts";
+import { hashId } from "../core/id_table.ts";
 import type { JobOutcome } from "../lifecycle/job_record.ts";
 
 /** A job the controller holds: its identity, store sequence and JSON payload text. */
 export interface Job {
   readonly messageId: string;
+  /** The MessageID's `hashId`, computed once for every table the job passes through. */
+  readonly hash: number;
   readonly storeSeq: number;
   readonly payload: string;
   /** Which try this is, when the producer or queue knows (job queues). */
@@ -46,9 +49,11 @@ export function newJob(
   attempt: number | undefined,
   timeout: number | undefined,
   lost = 0,
+  hash: number = hashId(messageId),
 ): Job {
   return {
     messageId,
+    hash,
     storeSeq,
     payload,
     attempt,

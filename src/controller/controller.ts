@@ -32,6 +32,7 @@
 
 import type { TimerHandle } from "../core/clock.ts";
 import { Deque } from "../core/deque.ts";
+import { hashId, hasRepeats, IdTable } from "../core/id_table.ts";
 import { RecentMap } from "../core/recent_map.ts";
 import { JsonText } from "../protocol/json_text.ts";
 import { SafeEventTarget } from "../core/safe_event_target.ts";
@@ -48,8 +49,6 @@ import {
   FEATURES,
   MAX_SEQ,
   MAX_WINDOW,
-  type ProducedJob,
-  ProducedSchema,
   type ProgressFrame,
   type RefusalReason,
   type RegisterFrame,
@@ -91,6 +90,7 @@ import {
   type WorkPullingControllerOptions,
 } from "./options.ts";
 import type { ProducerEndpoint, ProducerPort } from "./producer_contract.ts";
+import { type ProducedTries, readProduced } from "./produced_reader.ts";
 import { RoundRobin } from "./round_robin.ts";
 import type { JobOutcome } from "../lifecycle/job_record.ts";
 
@@ -177,13 +177,6 @@ export interface ControllerStats {
 }
 
 /** What a producer may say about a job's try. */
-interface Tries {
-  readonly attempt?: number;
-  readonly timeout?: number;
-  readonly lost?: number;
-  readonly confirmFirst?: boolean;
-}
-
 type Handshake =
   | { readonly phase: "idle" }
   | { readonly phase: "credit"; readonly request: RequestNext }
@@ -191,8 +184,10 @@ type Handshake =
     readonly phase: "store";
     readonly token: string;
     readonly ids: readonly string[];
-    /** The jobs as produced (their tries), by position. */
-    readonly produced: readonly Tries[];
+    /** The MessageIDs' `hashId`, by position. */
+    readonly hashes: Int32Array;
+    /** The jobs' tries as produced, by position; undefined when no job carries one. */
+    readonly tries: readonly (ProducedTries | undefined)[] | undefined;
     /** Their payloads' JSON text, by position. */
     readonly texts: readonly string[];
     /**
@@ -292,7 +287,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   // The pool and the bindings.
   readonly #pending = new Deque<Job>();
   /** Every job in the pool or unconfirmed at a binding, by MessageID. */
-  readonly #owned = new Map<string, Job>();
+  readonly #owned = new IdTable<Job>();
   readonly #bindings = new Map<string, Binding>();
   readonly #rotation = new RoundRobin<Binding>();
   readonly #connections = new Set<Connection>();
@@ -601,7 +596,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     for (const { messageId, seq, payload, attempt, timeout, lost } of unconfirmed) {
       const job = newJob(messageId, seq, payload, attempt, timeout, lost);
       this.#pending.pushBack(job);
-      this.#owned.set(messageId, job);
+      this.#owned.set(messageId, job, job.hash);
     }
     this.#state = "running";
     this.#progress();
@@ -726,15 +721,17 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
       if (!connection) continue;
       while (binding.sentSeq < last) {
         const first = binding.sentSeq + 1;
-        const jobs: Job[] = [];
+        let count = 0;
         let size = 0;
-        for (let seq = first; seq <= last && jobs.length < MAX_WINDOW; seq++) {
+        for (let seq = first; seq <= last && count < MAX_WINDOW; seq++) {
           const job = binding.jobAt(seq)!;
-          if (jobs.length > 0 && size + job.payload.length > JOBS_FRAME_CHARS) break;
-          jobs.push(job);
+          if (count > 0 && size + job.payload.length > JOBS_FRAME_CHARS) break;
+          count += 1;
           size += job.payload.length + job.messageId.length;
         }
-        binding.sentSeq += jobs.length;
+        const jobs: Job[] = new Array(count);
+        for (let i = 0; i < count; i++) jobs[i] = binding.jobAt(first + i)!;
+        binding.sentSeq += count;
         const withTries = connection.features.has("outcomes");
         connection.link.send(encodeJobsFrame(this.#session, first, jobs, withTries));
       }
@@ -973,7 +970,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     const outcomes = this.#options.outcomes;
     for (let i = 0; i < done.length; i++) {
       const job = done[i];
-      this.#owned.delete(job.messageId);
+      this.#owned.delete(job.messageId, job.hash);
       let outcome: JobOutcome | undefined;
       if (outcomes) {
         outcome = job.cancelled
@@ -988,7 +985,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
         this.#lane!.confirmWith(job.messageId, outcome);
       }
       if (!outcome || outcome.kind === "completed") {
-        this.#completed.set(job.messageId, job.storeSeq);
+        this.#completed.set(job.messageId, job.storeSeq, job.hash);
       }
       if (this.#options.deliveryConfirmation) {
         const notice = { session: this.#session, messageId: job.messageId, seq: job.storeSeq };
@@ -1162,7 +1159,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
         requeue.push(job);
         continue;
       }
-      this.#owned.delete(job.messageId);
+      this.#owned.delete(job.messageId, job.hash);
       this.#lane!.confirmWith(job.messageId, outcome);
       this.#pumpLane();
     }
@@ -1251,16 +1248,12 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
 
   #onProduced(raw: unknown): void {
     if (this.#state !== "running") return;
-    const parsed = v.safeParse(ProducedSchema, raw);
-    if (!parsed.success) {
-      return this.#fail("protocol", new TypeError(`invalid Produced: ${parsed.issues[0].message}`));
+    const message = readProduced(raw);
+    if (!message.ok) {
+      return this.#fail("protocol", new TypeError(`invalid Produced: ${message.message}`));
     }
-    const message = parsed.output;
     if (message.session !== this.#session) return; // an earlier session's answer
-    const jobs: readonly ProducedJob[] = "jobs" in message
-      ? message.jobs
-      : [{ messageId: message.messageId, payload: message.payload }];
-    const ids = jobs.map((job) => job.messageId);
+    const { ids, payloads, tries } = message;
     const handshake = this.#handshake;
     if (
       (handshake.phase === "store" || handshake.phase === "stored-ack" ||
@@ -1283,13 +1276,16 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
         ),
       );
     }
-    if (new Set(ids).size !== ids.length) {
+    // Every table the jobs pass through takes this hash of their MessageIDs (see IdTable).
+    const hashes = new Int32Array(ids.length);
+    for (let i = 0; i < ids.length; i++) hashes[i] = hashId(ids[i]);
+    if (hasRepeats(ids, hashes)) {
       return this.#fail("protocol", new Error("Produced repeats a MessageID"));
     }
     const maxPayloadBytes = this.#options.maxPayloadBytes;
     const texts: string[] = new Array(ids.length);
     for (let i = 0; i < ids.length; i++) {
-      const payload = encodePayload(jobs[i].payload);
+      const payload = encodePayload(payloads[i]);
       if (payload === undefined) {
         return this.#fail(
           "protocol",
@@ -1313,8 +1309,8 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     let fresh = ids.length;
     for (let i = 0; i < ids.length; i++) {
       const messageId = ids[i];
-      const seq = this.#completed.get(messageId);
-      const owned = seq === undefined ? this.#owned.get(messageId) : undefined;
+      const seq = this.#completed.get(messageId, hashes[i]);
+      const owned = seq === undefined ? this.#owned.get(messageId, hashes[i]) : undefined;
       if (seq === undefined && !owned) continue;
       known ??= new Array(ids.length);
       known[i] = owned
@@ -1322,7 +1318,15 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
         : { seq: seq!, alreadyStored: true, payload: texts[i] };
       fresh -= 1;
     }
-    this.#handshake = { phase: "store", token: message.token, ids, produced: jobs, texts, known };
+    this.#handshake = {
+      phase: "store",
+      token: message.token,
+      ids,
+      hashes,
+      tries,
+      texts,
+      known,
+    };
     if (this.#lane && fresh > 0) {
       const unknown: BatchStoreJob[] = [];
       for (let i = 0; i < ids.length; i++) {
@@ -1345,7 +1349,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   #completeStore(results: readonly StoreResult[] | undefined): void {
     const handshake = this.#handshake;
     if (handshake.phase !== "store") return;
-    const { known, ids, produced, texts } = handshake;
+    const { known, ids, hashes, tries, texts } = handshake;
     const accept: Job[] = [];
     const storedJobs: { messageId: string; seq: number }[] = new Array(ids.length);
     let next = 0;
@@ -1368,8 +1372,10 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
         payload = texts[i];
         this.#totals.stored += 1;
       }
-      const { attempt, timeout, lost } = produced[i];
-      accept.push(newJob(messageId, seq, payload, attempt, timeout, lost));
+      const job = tries?.[i];
+      accept.push(
+        newJob(messageId, seq, payload, job?.attempt, job?.timeout, job?.lost, hashes[i]),
+      );
       storedJobs[i] = { messageId, seq };
     }
     const stored: Stored = { session: this.#session, token: handshake.token, jobs: storedJobs };
@@ -1419,13 +1425,13 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     // resubmission is never dispatched twice.
     const cancels = this.#options.outcomes && this.#cancelRequests.size > 0;
     for (const job of handshake.accept) {
-      if (cancels && this.#cancelRequests.has(job.messageId)) {
-        this.#cancelRequests.delete(job.messageId);
+      if (cancels && this.#cancelRequests.has(job.messageId, job.hash)) {
+        this.#cancelRequests.delete(job.messageId, job.hash);
         this.#lane!.confirmWith(job.messageId, CANCELLED);
         this.#pumpLane();
         continue;
       }
-      this.#owned.set(job.messageId, job);
+      this.#owned.set(job.messageId, job, job.hash);
       this.#pending.pushBack(job);
       this.#totals.accepted += 1;
     }

@@ -1,0 +1,101 @@
+/**
+ * `IdTable`, `hasRepeats` and `RecentMap` against a native `Map` reference: seeded random
+ * operations (growth, shrinking, deletion inside clusters, clearing), with the tables' own hash
+ * and with crafted hashes that all collide, which must move a table onto a native map and keep
+ * every answer right.
+ */
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { hashId, hasRepeats, IdTable, MAX_PROBE } from "../src/core/id_table.ts";
+import { RecentMap } from "../src/core/recent_map.ts";
+import { prng } from "./support/waiting.ts";
+
+/** Run `steps` random operations on a table and a reference map, comparing every answer. */
+function compare(seed: number, steps: number, keySpace: number, hashOf: (key: string) => number) {
+  const random = prng(seed);
+  const table = new IdTable<number>();
+  const reference = new Map<string, number>();
+  for (let step = 0; step < steps; step++) {
+    const key = `k${Math.floor(random() * keySpace)}`;
+    const hash = hashOf(key);
+    const roll = random();
+    if (roll < 0.45) {
+      table.set(key, step, hash);
+      reference.set(key, step);
+    } else if (roll < 0.75) {
+      assert.equal(table.delete(key, hash), reference.delete(key), `delete ${key} at ${step}`);
+    } else if (roll < 0.9995) {
+      assert.equal(table.get(key, hash), reference.get(key), `get ${key} at ${step}`);
+      assert.equal(table.has(key, hash), reference.has(key), `has ${key} at ${step}`);
+    } else {
+      table.clear();
+      reference.clear();
+    }
+    assert.equal(table.size, reference.size, `size at ${step}`);
+  }
+  assert.deepEqual(new Map(table), reference);
+  return table;
+}
+
+test("IdTable answers as a Map does under random sets, deletes and clears", () => {
+  for (const seed of [1, 2, 3]) compare(seed, 40_000, 3_000, hashId);
+});
+
+test("IdTable grows to many entries and shrinks back as they go", () => {
+  const table = new IdTable<number>();
+  const keys = Array.from({ length: 50_000 }, (_, i) => `job-${i}`);
+  keys.forEach((key, i) => table.set(key, i));
+  assert.equal(table.size, keys.length);
+  keys.forEach((key, i) => assert.equal(table.get(key), i));
+  for (const key of keys.slice(0, 49_990)) assert.ok(table.delete(key));
+  assert.equal(table.size, 10);
+  for (const key of keys.slice(49_990)) assert.ok(table.has(key));
+  assert.equal(table.get("job-0"), undefined);
+});
+
+test("colliding keys move an IdTable onto a native map, and every answer stays right", () => {
+  // Every key with the same hash: the probe passes MAX_PROBE once that many keys are in.
+  const table = compare(7, 20_000, MAX_PROBE * 4, () => 12345);
+  table.set("late", 1, 12345);
+  assert.equal(table.get("late", 12345), 1);
+  // Few colliding keys stay on the table's own hashing and answer right too.
+  compare(8, 5_000, MAX_PROBE / 2, () => -1);
+});
+
+test("hasRepeats finds a repeated key, also among colliding hashes", () => {
+  const random = prng(11);
+  for (let round = 0; round < 200; round++) {
+    const keys = Array.from({ length: 1 + Math.floor(random() * 300) }, () => crypto.randomUUID());
+    const repeat = random() < 0.5;
+    if (repeat && keys.length > 1) keys[Math.floor(random() * keys.length)] = keys[0];
+    const expected = new Set(keys).size !== keys.length;
+    assert.equal(hasRepeats(keys, Int32Array.from(keys, hashId)), expected);
+    assert.equal(hasRepeats(keys, new Int32Array(keys.length)), expected); // all collide
+  }
+});
+
+test("RecentMap keeps the newest entries, also when keys are set again", () => {
+  const random = prng(5);
+  const recent = new RecentMap<string, number>(100);
+  const lastSets: string[] = []; // the last 100 sets, oldest first
+  const latest = new Map<string, number>(); // each key's value, until it is deleted
+  for (let step = 0; step < 20_000; step++) {
+    const key = `m${Math.floor(random() * 400)}`;
+    if (random() < 0.1) {
+      recent.delete(key);
+      latest.delete(key);
+      continue;
+    }
+    recent.set(key, step);
+    lastSets.push(key);
+    if (lastSets.length > 100) lastSets.shift();
+    latest.set(key, step);
+    // Remembered: a key set among the last 100 sets and not deleted since.
+    for (const probe of [key, `m${Math.floor(random() * 400)}`]) {
+      const expected = lastSets.includes(probe) ? latest.get(probe) : undefined;
+      assert.equal(recent.get(probe), expected, `${probe} at ${step}`);
+    }
+  }
+  assert.equal(recent.size, new Set(lastSets.filter((key) => latest.has(key))).size);
+});

@@ -1,0 +1,97 @@
+/**
+ * `readProduced` checks `Produced` exactly as `ProducedSchema` does: seeded random messages,
+ * valid ones and ones broken in one place (a key, a type, a range, an extra field, the
+ * single-job form), must get the schema's verdict and, when valid, its values by column.
+ */
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as v from "valibot";
+import { readProduced } from "../src/controller/produced_reader.ts";
+import { MAX_ID_LENGTH, MAX_SEQ, ProducedSchema } from "../src/protocol/schemas.ts";
+import { prng } from "./support/waiting.ts";
+
+const ODD_VALUES: unknown[] = [
+  undefined,
+  null,
+  "",
+  " ",
+  "x".repeat(MAX_ID_LENGTH + 1),
+  0,
+  -1,
+  1.5,
+  MAX_SEQ + 1,
+  Number.NaN,
+  Infinity,
+  "7",
+  true,
+  {},
+  [],
+];
+
+function randomMessage(random: () => number): unknown {
+  const pick = <T>(values: readonly T[]) => values[Math.floor(random() * values.length)];
+  const job = (): Record<string, unknown> => {
+    const value: Record<string, unknown> = { messageId: `m${Math.floor(random() * 1e6)}` };
+    value.payload = pick([{ n: 1 }, "text", 3, null, [1, 2], undefined]);
+    if (random() < 0.2) value.attempt = pick([1, 2, 9]);
+    if (random() < 0.2) value.timeout = pick([0, 500]);
+    if (random() < 0.2) value.lost = pick([0, 1, 3]);
+    return value;
+  };
+  const message: Record<string, unknown> = random() < 0.9
+    ? {
+      session: "s1",
+      token: "t1",
+      jobs: Array.from({ length: 1 + Math.floor(random() * 5) }, job),
+    }
+    : { session: "s1", token: "t1", ...job() };
+  if (random() < 0.5) return message; // valid
+  // Break it in one place.
+  const jobs = message.jobs as Record<string, unknown>[] | undefined;
+  const target = jobs && random() < 0.7 ? pick(jobs) : message;
+  const key = pick([...Object.keys(target), "extra", "payload", "messageId"]);
+  const roll = random();
+  if (roll < 0.3) delete target[key];
+  else if (roll < 0.9) target[key] = pick(ODD_VALUES);
+  else if (jobs) message.jobs = pick([[], {}, "jobs", null]);
+  return message;
+}
+
+test("readProduced gives the schema's verdict and values on random messages", () => {
+  const random = prng(42);
+  let valid = 0;
+  for (let i = 0; i < 20_000; i++) {
+    const message = randomMessage(random);
+    const parsed = v.safeParse(ProducedSchema, message);
+    const read = readProduced(message);
+    assert.equal(read.ok, parsed.success, JSON.stringify(message));
+    if (!read.ok || !parsed.success) continue;
+    valid += 1;
+    const output = parsed.output;
+    const jobs = "jobs" in output
+      ? output.jobs
+      : [{ messageId: output.messageId, payload: output.payload }];
+    assert.equal(read.session, output.session);
+    assert.equal(read.token, output.token);
+    assert.deepEqual(read.ids, jobs.map((job) => job.messageId));
+    assert.deepEqual(read.payloads, jobs.map((job) => job.payload));
+    jobs.forEach((job, index) => {
+      const tries = read.tries?.[index];
+      assert.equal(tries?.attempt, "attempt" in job ? job.attempt : undefined);
+      assert.equal(tries?.timeout, "timeout" in job ? job.timeout : undefined);
+      assert.equal(tries?.lost, "lost" in job ? job.lost : undefined);
+    });
+  }
+  assert.ok(valid > 5_000, `only ${valid} valid messages`);
+});
+
+test("readProduced reads each field once: later changes to the message change nothing", () => {
+  const job = { messageId: "a", payload: { n: 1 }, attempt: 2 };
+  const read = readProduced({ session: "s", token: "t", jobs: [job] });
+  job.messageId = "b";
+  job.attempt = -5;
+  assert.ok(read.ok);
+  assert.deepEqual(read.ids, ["a"]);
+  assert.equal(read.tries?.[0]?.attempt, 2);
+});

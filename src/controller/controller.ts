@@ -1200,6 +1200,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     const budget = this.#options.maxInFlightBytes;
     const eligible = (binding: Binding) =>
       binding.freeDemand > 0 && binding.unconfirmedChars < budget && this.#linkOf.has(binding);
+    const now = this.#options.clock.now(); // one reading for the whole pass
     while (this.#pending.length > 0) {
       const binding = this.#rotation.next(eligible);
       if (!binding) return;
@@ -1209,7 +1210,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
           new RangeError(`worker sequence space of ${binding.worker} exhausted`),
         );
       }
-      binding.assign(this.#pending.shift()!, this.#options.clock.now());
+      binding.assign(this.#pending.shift()!, now);
       this.#totals.dispatched += 1;
       this.#dirty.add(binding);
     }

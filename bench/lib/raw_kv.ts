@@ -1,13 +1,22 @@
 /**
  * The raw Deno KV baseline for the durable benchmarks: the `DenoKvWorkQueue` adapter's own
  * writes done directly with KV atomics, same keys and values. Per job: store it (and rewrite
- * meta), mark it accepted, delete it when confirmed — three commits, each checking the epoch and
- * meta versionstamps as the adapter does — with `perCommit` jobs in each commit.
+ * meta), mark it accepted, delete it when confirmed and write its done record (the slot
+ * `seq % completedWindow`, expiring after `completedRetention`, both at the adapter's defaults) —
+ * three commits, each checking the epoch and meta versionstamps as the adapter does — with
+ * `perCommit` jobs in each commit.
  *
  * @module
  */
 
-import { encodeEpoch, encodeFlags, encodeJob, encodeMeta } from "../../src/queue/deno_kv/codec.ts";
+import {
+  encodeDone,
+  encodeEpoch,
+  encodeFlags,
+  encodeJob,
+  encodeMeta,
+} from "../../src/queue/deno_kv/codec.ts";
+import { COMPLETED_DEFAULTS } from "../../src/queue/deno_kv/queue.ts";
 import { KvQueueLayout } from "../../src/queue/deno_kv/layout.ts";
 
 const encoder = new TextEncoder();
@@ -38,12 +47,12 @@ export async function rawKvWrites(kv: Deno.Kv, jobs: number, perCommit: number):
   };
   for (let first = 1; first <= jobs; first += perCommit) {
     const last = Math.min(jobs, first + perCommit - 1);
+    const ids: string[] = [];
     await commit((atomic) => {
       for (let s = first; s <= last; s++) {
-        const job = encodeJob(
-          encoder.encode(crypto.randomUUID()),
-          encoder.encode(JSON.stringify({ n: s })),
-        );
+        const id = crypto.randomUUID();
+        ids.push(id);
+        const job = encodeJob(encoder.encode(id), encoder.encode(JSON.stringify({ n: s })));
         atomic.set(layout.jobKey(s), job.record);
       }
     }, last);
@@ -55,6 +64,11 @@ export async function rawKvWrites(kv: Deno.Kv, jobs: number, perCommit: number):
     await commit((atomic) => {
       for (let s = first; s <= last; s++) {
         atomic.delete(layout.jobKey(s)).delete(layout.flagsKey(s));
+        atomic.set(
+          layout.doneKey(s % COMPLETED_DEFAULTS.window),
+          encodeDone(ids[s - first], s),
+          { expireIn: COMPLETED_DEFAULTS.retention },
+        );
       }
     }, last);
   }

@@ -121,6 +121,12 @@ const encoder = new TextEncoder();
 const noop = () => {};
 
 /**
+ * The defaults of `completedWindow` (done slots, one per confirmation, by `seq % window`) and
+ * `completedRetention` (ms before a done record expires); the raw KV benchmark writes the same.
+ */
+export const COMPLETED_DEFAULTS = { window: 2_000, retention: 86_400_000 } as const;
+
+/**
  * The Deno KV work queue. Its limits keep every commit inside one Deno KV atomic operation:
  * {@linkcode DenoKvWorkQueue.maxPayloadBytes} 640 KiB, {@linkcode DenoKvWorkQueue.maxMessageIdBytes}
  * 1 KiB, {@linkcode DenoKvWorkQueue.batchLimits} 329 operations and 641 KiB with the default
@@ -173,7 +179,7 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
       OWNER,
       "completedWindow",
       options.completedWindow,
-      2_000,
+      COMPLETED_DEFAULTS.window,
       0,
       1_000_000,
     );
@@ -181,7 +187,7 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
       OWNER,
       "completedRetention",
       options.completedRetention,
-      86_400_000,
+      COMPLETED_DEFAULTS.retention,
       1,
       365 * 86_400_000,
     );

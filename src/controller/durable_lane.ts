@@ -149,6 +149,8 @@ export class DurableLane {
       operations: Math.max(1, this.#limits.maxOperations),
       bytes: this.#limits.maxBytes,
     };
+    // A queue without a byte limit: nothing to count (utf8Length walks every character).
+    const counted = this.#limits.maxBytes < Number.MAX_SAFE_INTEGER;
     const take = (bytes: number, first: boolean) => {
       if (!first && (budget.operations < 1 || budget.bytes < bytes)) return false;
       budget.operations -= 1;
@@ -167,21 +169,22 @@ export class DurableLane {
       const jobs: BatchStoreJob[] = [];
       for (let i = work.next; i < work.jobs.length; i++) {
         const job = work.jobs[i];
-        if (!take(utf8Length(job.messageId) + utf8Length(job.payload), jobs.length === 0)) break;
+        const bytes = counted ? utf8Length(job.messageId) + utf8Length(job.payload) : 0;
+        if (!take(bytes, jobs.length === 0)) break;
         jobs.push(job);
       }
       unit.store = { firstSeq: work.cursor + 1, jobs };
     } else if (work?.kind === "accept") {
       const ids: string[] = [];
       for (let i = work.next; i < work.ids.length; i++) {
-        if (!take(utf8Length(work.ids[i]), ids.length === 0)) break;
+        if (!take(counted ? utf8Length(work.ids[i]) : 0, ids.length === 0)) break;
         ids.push(work.ids[i]);
       }
       unit.accept = ids;
     }
     while (this.#confirms.length > 0) {
       const id = this.#confirms.peek()!;
-      if (!take(utf8Length(id), !work && unit.confirm.length === 0)) break;
+      if (!take(counted ? utf8Length(id) : 0, !work && unit.confirm.length === 0)) break;
       unit.confirm.push(this.#confirms.shift()!);
       const outcome = this.#outcomes.get(id);
       if (outcome) {

@@ -9,7 +9,7 @@
  * it along.
  *
  * Open addressing with linear probing at a load of at most 1/2; deletion shifts the rest of the
- * cluster back (no tombstones), and the table shrinks when it empties.
+ * cluster back (no tombstones), and a large table shrinks when it is mostly empty.
  *
  * Keys can come from the network (a producer names its MessageIDs), so the hash is seeded per
  * process, and a table whose probe ever runs longer than {@linkcode MAX_PROBE} slots — random
@@ -22,6 +22,9 @@
 /** The longest probe before a table gives up on its own hashing (see the module text). */
 export const MAX_PROBE = 128;
 const MIN_CAPACITY = 16;
+// A table that fills and empties with every batch (the jobs at the workers) must not reallocate
+// every time: only a table grown past this many slots gives memory back.
+const SHRINK_ABOVE = 4096;
 const FLOODED = -0x7fffffff;
 
 // A per-process seed: collisions cannot be prepared offline.
@@ -153,7 +156,7 @@ export class IdTable<V> {
     keys[slot] = undefined;
     values[slot] = undefined;
     this.#size -= 1;
-    if (this.#size * 8 < keys.length && keys.length > MIN_CAPACITY) {
+    if (this.#size * 8 < keys.length && keys.length > SHRINK_ABOVE) {
       this.#rehash(keys.length / 2);
     }
     return true;

@@ -6,6 +6,7 @@
  * @module
  */
 
+import { IdTable } from "../core/id_table.ts";
 import { RecentMap } from "../core/recent_map.ts";
 import { checkBatch, checkStoredJob } from "./batch_checks.ts";
 import {
@@ -54,7 +55,7 @@ export class MemoryWorkQueue implements DurableWorkQueue {
   readonly batchLimits: QueueBatchLimits = { maxOperations: 10_000, maxBytes: 64 * 1024 * 1024 };
   #epoch = 0;
   #currentSeq = 0;
-  readonly #entries = new Map<string, Entry>();
+  readonly #entries = new IdTable<Entry>();
   readonly #completed: RecentMap<string, number>;
 
   /** Creates an empty queue remembering the last `completedWindow` completions (0 disables). */

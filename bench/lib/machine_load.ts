@@ -68,6 +68,8 @@ interface Ticks {
 
 /** Clock ticks per second of /proc (USER_HZ, 100 on Linux). */
 const USER_HZ = 100;
+/** The shortest scenario whose other processes' CPU is measured (see `measureLoad`). */
+const MIN_MEASURED_SECONDS = 1;
 
 function readTicks(): Ticks | null {
   try {
@@ -106,7 +108,9 @@ export async function measureLoad<T>(
   } finally {
     const seconds = (performance.now() - started) / 1000;
     const end = readTicks();
-    const othersCores = ticks && end && seconds > 0
+    // /proc counts in ticks of 10 ms: over a scenario that was skipped or took well under a
+    // second, one tick of a kernel thread reads as cores of "other" CPU. Not measured then.
+    const othersCores = ticks && end && seconds >= MIN_MEASURED_SECONDS
       ? Math.max(0, (end.machine - ticks.machine) - (end.own - ticks.own)) / USER_HZ / seconds
       : null;
     into.push({
@@ -148,7 +152,8 @@ export function busyVerdict(loadBeforeRun: number, records: readonly LoadRecord[
     rule: `busy when the 1-minute load average before the run is above ${BUSY_LOAD_PER_CORE} ` +
       `per core, or other processes use more than ${
         BUSY_OTHERS_SHARE * 100
-      } % of the machine's CPU time during a scenario (from /proc: the machine's busy time minus this run's own)`,
+      } % of the machine's CPU time during a scenario (from /proc: the machine's busy time minus this run's own; ` +
+      `not measured for a scenario under ${MIN_MEASURED_SECONDS} s, too short for /proc's 10 ms ticks)`,
     reasons,
   };
 }

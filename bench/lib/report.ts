@@ -387,7 +387,7 @@ function loadRows(results: Results): string[][] {
     l.before.toFixed(2),
     l.after.toFixed(2),
     l.seconds.toFixed(1),
-    l.othersCores === null ? "n/a" : `${l.othersCores.toFixed(2)} cores`,
+    l.othersCores === null ? "not measured" : `${l.othersCores.toFixed(2)} cores`,
   ]);
 }
 

@@ -10,24 +10,9 @@ import assert from "node:assert/strict";
 import * as v from "valibot";
 import { checkJobsFrame } from "../src/protocol/jobs_frame_check.ts";
 import { decodeControllerFrame } from "../src/protocol/codec.ts";
-import { JobsFrameSchema, MAX_ID_LENGTH, MAX_SEQ, MAX_WINDOW } from "../src/protocol/schemas.ts";
+import { JobsFrameSchema, MAX_WINDOW } from "../src/protocol/schemas.ts";
+import { ODD_VALUES } from "./support/odd_values.ts";
 import { prng } from "./support/waiting.ts";
-
-const ODD_VALUES: unknown[] = [
-  null,
-  "",
-  " ",
-  "x".repeat(MAX_ID_LENGTH + 1),
-  0,
-  -1,
-  1.5,
-  MAX_SEQ + 1,
-  "7",
-  true,
-  false,
-  {},
-  [],
-];
 
 function randomFrame(random: () => number): Record<string, unknown> {
   const pick = <T>(values: readonly T[]) => values[Math.floor(random() * values.length)];

@@ -8,26 +8,9 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as v from "valibot";
 import { readProduced } from "../src/controller/produced_reader.ts";
-import { MAX_ID_LENGTH, MAX_SEQ, ProducedSchema } from "../src/protocol/schemas.ts";
+import { ProducedSchema } from "../src/protocol/schemas.ts";
+import { ODD_VALUES } from "./support/odd_values.ts";
 import { prng } from "./support/waiting.ts";
-
-const ODD_VALUES: unknown[] = [
-  undefined,
-  null,
-  "",
-  " ",
-  "x".repeat(MAX_ID_LENGTH + 1),
-  0,
-  -1,
-  1.5,
-  MAX_SEQ + 1,
-  Number.NaN,
-  Infinity,
-  "7",
-  true,
-  {},
-  [],
-];
 
 function randomMessage(random: () => number): unknown {
   const pick = <T>(values: readonly T[]) => values[Math.floor(random() * values.length)];

@@ -15,7 +15,8 @@
  */
 
 import * as v from "valibot";
-import { MAX_ID_LENGTH, MAX_SEQ, ProducedSchema } from "../protocol/schemas.ts";
+import { isId, isIntegerIn } from "../protocol/field_checks.ts";
+import { MAX_SEQ, ProducedSchema } from "../protocol/schemas.ts";
 
 /** A job's try fields, when the producer sent any (a job queue's producer does). */
 export interface ProducedTries {
@@ -141,13 +142,6 @@ function readWithSchema(raw: unknown): ProducedRead {
   };
 }
 
-/** What `ProducedSchema` calls an id: a non-blank string of at most `MAX_ID_LENGTH` units. */
-function isId(value: unknown): value is string {
-  return typeof value === "string" && value.length > 0 && value.length <= MAX_ID_LENGTH &&
-    value.trim() !== "";
-}
-
 function optionalInteger(value: unknown, min: number, max: number): boolean {
-  return value === undefined ||
-    (Number.isSafeInteger(value) && (value as number) >= min && (value as number) <= max);
+  return value === undefined || isIntegerIn(value, min, max);
 }

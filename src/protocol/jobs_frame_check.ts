@@ -10,7 +10,8 @@
  * @module
  */
 
-import { type JobsFrame, MAX_ID_LENGTH, MAX_SEQ, MAX_WINDOW } from "./schemas.ts";
+import { isId, isIntegerIn } from "./field_checks.ts";
+import { type JobsFrame, MAX_SEQ, MAX_WINDOW } from "./schemas.ts";
 
 /**
  * `json` (the output of `JSON.parse`) as a valid jobs frame, or undefined when unsure.
@@ -32,7 +33,7 @@ export function checkJobsFrame(json: unknown): JobsFrame | undefined {
     fields += 1;
   }
   if (fields !== 4 || frame.type !== "jobs" || !isId(frame.session)) return undefined;
-  if (!isInteger(frame.seq, 1, MAX_SEQ)) return undefined;
+  if (!isIntegerIn(frame.seq, 1, MAX_SEQ)) return undefined;
   const jobs = frame.jobs;
   if (!Array.isArray(jobs) || jobs.length < 1 || jobs.length > MAX_WINDOW) return undefined;
   for (let i = 0; i < jobs.length; i++) {
@@ -47,9 +48,9 @@ export function checkJobsFrame(json: unknown): JobsFrame | undefined {
         hasId = true;
       } else if (key === "payload") hasPayload = true;
       else if (key === "attempt") {
-        if (!isInteger(value, 1, MAX_SEQ)) return undefined;
+        if (!isIntegerIn(value, 1, MAX_SEQ)) return undefined;
       } else if (key === "timeout") {
-        if (!isInteger(value, 1, Number.MAX_SAFE_INTEGER)) return undefined;
+        if (!isIntegerIn(value, 1, Number.MAX_SAFE_INTEGER)) return undefined;
       } else if (key === "confirmFirst") {
         if (value !== true) return undefined;
       } else return undefined;
@@ -57,14 +58,4 @@ export function checkJobsFrame(json: unknown): JobsFrame | undefined {
     if (!hasId || !hasPayload) return undefined;
   }
   return json as JobsFrame;
-}
-
-/** What the schemas call an id: a non-blank string of at most `MAX_ID_LENGTH` units. */
-function isId(value: unknown): value is string {
-  return typeof value === "string" && value.length > 0 && value.length <= MAX_ID_LENGTH &&
-    value.trim() !== "";
-}
-
-function isInteger(value: unknown, min: number, max: number): boolean {
-  return Number.isSafeInteger(value) && (value as number) >= min && (value as number) <= max;
 }

@@ -176,7 +176,6 @@ export interface ControllerStats {
   };
 }
 
-/** What a producer may say about a job's try. */
 type Handshake =
   | { readonly phase: "idle" }
   | { readonly phase: "credit"; readonly request: RequestNext }
@@ -1373,9 +1372,9 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
         payload = texts[i];
         this.#totals.stored += 1;
       }
-      const job = tries?.[i];
+      const tried = tries?.[i];
       accept.push(
-        newJob(messageId, seq, payload, job?.attempt, job?.timeout, job?.lost, hashes[i]),
+        newJob(messageId, seq, payload, tried?.attempt, tried?.timeout, tried?.lost, hashes[i]),
       );
       storedJobs[i] = { messageId, seq };
     }

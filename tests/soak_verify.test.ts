@@ -91,6 +91,41 @@ class Journals {
     this.worker(name, pid, { ev: "connected", ep: name, t: connect });
     this.worker(name, pid, { ev: "bound", ep: name, session, binding, t: connect + 10 });
   }
+  /** The soak started a process. */
+  spawn(role: string, name: string, pid: number, t: number) {
+    this.soak({ ev: "spawn", role, name, runtime: "deno", pid, t });
+  }
+  /** A process the soak SIGKILLed (as the fault it injected) exited. */
+  exit(role: string, name: string, pid: number, t: number) {
+    this.soak({ ev: "exit", role, name, pid, code: null, signal: "SIGKILL", expected: true, t });
+  }
+}
+
+/**
+ * The start every shared-mode story shares: instances i1..i`instances` (pid 401.., session s1..,
+ * instance id1..) ready at 100; w1 (pid 501) bound to i1 and w2 (pid 502) to i2 at 200 (binding b1
+ * each); jobs j1..j`jobs` sent and acknowledged by the producer at 300 and 500.
+ */
+function startSharedStory(j: Journals, instances: number, jobs: number): void {
+  j.soak({ ev: "phase", phase: "start", t: 0 });
+  for (let i = 1; i <= instances; i++) {
+    const name = `i${i}`;
+    j.spawn("controller", name, 400 + i, 0);
+    j.controller(400 + i, {
+      ev: "ready",
+      session: `s${i}`,
+      name,
+      instance: `id${i}`,
+      loaded: 0,
+      t: 100,
+    });
+  }
+  j.spawn("worker", "w1", 501, 50);
+  j.spawn("worker", "w2", 502, 50);
+  j.attach("w1", 501, 200, "s1", "b1");
+  j.attach("w2", 502, 200, "s2", "b1");
+  j.producer({ ev: "send", from: 1, to: jobs, attempt: 1, t: 300 });
+  j.producer({ ev: "ack", from: 1, to: jobs, t: 500 });
 }
 
 /** Verify a shared-mode story of `instances` instances (lease 3 s). */
@@ -112,18 +147,14 @@ function verifyShared(journals: Journals, instances: number) {
 }
 
 function writeStory(j: Journals): void {
-  const spawn = (role: string, name: string, pid: number, t: number) =>
-    j.soak({ ev: "spawn", role, name, runtime: "deno", pid, t });
   const fault = (kind: string, target: string, pid: number, t: number, ms?: number) =>
     j.soak({ ev: "fault", kind, target, pid, t, ...(ms === undefined ? {} : { ms }) });
-  const exit = (role: string, name: string, pid: number, t: number) =>
-    j.soak({ ev: "exit", role, name, pid, code: null, signal: "SIGKILL", expected: true, t });
 
   j.soak({ ev: "phase", phase: "start", t: 0 });
-  spawn("controller", "controller", 100, 0);
+  j.spawn("controller", "controller", 100, 0);
   j.controller(100, { ev: "ready", session: "s1", loaded: 0, t: 100 });
-  spawn("worker", "w1", 201, 50);
-  spawn("worker", "w2", 202, 50);
+  j.spawn("worker", "w1", 201, 50);
+  j.spawn("worker", "w2", 202, 50);
   j.attach("w1", 201, 200, "s1", "b1");
   j.attach("w2", 202, 200, "s1", "b2");
   j.producer({ ev: "send", from: 1, to: 12, attempt: 1, t: 300 });
@@ -139,8 +170,8 @@ function writeStory(j: Journals): void {
   j.run("w1", 201, "w1", "b1", 4, 9980, 9995);
   j.run("w1", 201, "w1", "b1", 3, 9995);
   fault("worker-kill", "w1", 201, 10_000);
-  exit("worker", "w1", 201, 10_005);
-  spawn("worker", "w1", 211, 10_050);
+  j.exit("worker", "w1", 201, 10_005);
+  j.spawn("worker", "w1", 211, 10_050);
   j.attach("w1", 211, 10_100, "s1", "b3");
   j.controller(100, {
     ev: "unbound",
@@ -211,9 +242,9 @@ function writeStory(j: Journals): void {
     full: false,
   });
   fault("controller-kill", "controller", 100, 50_000);
-  exit("controller", "controller", 100, 50_003);
+  j.exit("controller", "controller", 100, 50_003);
   j.run("w1", 211, "w1", "b3", 14, 50_005, 50_015);
-  spawn("controller", "controller", 101, 50_010);
+  j.spawn("controller", "controller", 101, 50_010);
   j.worker("w1", 211, { ev: "disconnected", ep: "w1", code: 1006, t: 50_020 });
   j.worker("w2", 202, { ev: "disconnected", ep: "w2", code: 1006, t: 50_021 });
   j.run("w1", 211, "w1", "b3", 15, 50_025, 50_035);
@@ -247,7 +278,7 @@ function writeStory(j: Journals): void {
   j.run("w2", 202, "w2", "b2", 19, 53_100, 53_110);
 
   // A SIGKILL while stopped: the worker's last chance to confirm was when the stop began.
-  spawn("worker", "w3", 203, 55_000);
+  j.spawn("worker", "w3", 203, 55_000);
   j.attach("w3", 203, 55_100, "s2", "b9");
   j.producer({ ev: "send", from: 16, to: 17, attempt: 1, t: 55_200 });
   j.producer({ ev: "ack", from: 16, to: 17, t: 55_300 });
@@ -255,19 +286,19 @@ function writeStory(j: Journals): void {
   j.run("w3", 203, "w3", "b9", 17, 59_995);
   fault("worker-stop", "w3", 203, 60_000, 5000);
   fault("worker-kill", "w3", 203, 62_000);
-  exit("worker", "w3", 203, 62_005);
+  j.exit("worker", "w3", 203, 62_005);
   j.run("w2", 202, "w2", "b2", 16, 62_200, 62_210);
   j.run("w2", 202, "w2", "b2", 17, 62_210, 62_220);
 
   // A worker whose event loop stalled after a job: the ack delay counts only while it could run.
-  spawn("worker", "w4", 204, 63_000);
+  j.spawn("worker", "w4", 204, 63_000);
   j.attach("w4", 204, 63_100, "s2", "b11");
   j.producer({ ev: "send", from: 20, to: 20, attempt: 1, t: 63_200 });
   j.producer({ ev: "ack", from: 20, to: 20, t: 63_300 });
   j.run("w4", 204, "w4", "b11", 20, 63_900, 63_950, 1);
   j.worker("w4", 204, { ev: "stall", ms: 36, t: 63_990 });
   fault("worker-kill", "w4", 204, 63_995);
-  exit("worker", "w4", 204, 64_000);
+  j.exit("worker", "w4", 204, 64_000);
   j.run("w2", 202, "w2", "b2", 20, 64_100, 64_110);
 }
 
@@ -332,25 +363,7 @@ test("the soak's verifier finds the lost job and tells each kind of duplicate ap
  * 403) takes it over at 22,500 and w2 runs j5 again through i3.
  */
 function writeSharedStory(j: Journals): void {
-  const spawn = (role: string, name: string, pid: number, t: number) =>
-    j.soak({ ev: "spawn", role, name, runtime: "deno", pid, t });
-  j.soak({ ev: "phase", phase: "start", t: 0 });
-  for (
-    const [name, pid, session, id] of [
-      ["i1", 401, "s1", "id1"],
-      ["i2", 402, "s2", "id2"],
-      ["i3", 403, "s3", "id3"],
-    ] as const
-  ) {
-    spawn("controller", name, pid, 0);
-    j.controller(pid, { ev: "ready", session, name, instance: id, loaded: 0, t: 100 });
-  }
-  spawn("worker", "w1", 501, 50);
-  spawn("worker", "w2", 502, 50);
-  j.attach("w1", 501, 200, "s1", "b1");
-  j.attach("w2", 502, 200, "s2", "b1");
-  j.producer({ ev: "send", from: 1, to: 5, attempt: 1, t: 300 });
-  j.producer({ ev: "ack", from: 1, to: 5, t: 500 });
+  startSharedStory(j, 3, 5);
 
   j.run("w1", 501, "w1", "b1", 1, 1000, 1010);
   j.run("w1", 501, "w1", "b1", 4, 5000, 5010);
@@ -458,23 +471,7 @@ test("the verifier excuses what an instance's stop or kill explains, and only th
  * j3 was requeued, so its rerun stays avoidable.
  */
 function writeUnboundStory(j: Journals): void {
-  const spawn = (role: string, name: string, pid: number, t: number) =>
-    j.soak({ ev: "spawn", role, name, runtime: "deno", pid, t });
-  const exit = (role: string, name: string, pid: number, t: number) =>
-    j.soak({ ev: "exit", role, name, pid, code: null, signal: "SIGKILL", expected: true, t });
-  j.soak({ ev: "phase", phase: "start", t: 0 });
-  for (
-    const [name, pid, session, id] of [["i1", 401, "s1", "id1"], ["i2", 402, "s2", "id2"]] as const
-  ) {
-    spawn("controller", name, pid, 0);
-    j.controller(pid, { ev: "ready", session, name, instance: id, loaded: 0, t: 100 });
-  }
-  spawn("worker", "w1", 501, 50);
-  spawn("worker", "w2", 502, 50);
-  j.attach("w1", 501, 200, "s1", "b1");
-  j.attach("w2", 502, 200, "s2", "b1");
-  j.producer({ ev: "send", from: 1, to: 3, attempt: 1, t: 300 });
-  j.producer({ ev: "ack", from: 1, to: 3, t: 500 });
+  startSharedStory(j, 2, 3);
 
   j.run("w1", 501, "w1", "b1", 1, 1000, 1010);
   j.worker("w1", 501, { ev: "sent", ep: "w1", c: 1, t: 1020 });
@@ -491,8 +488,8 @@ function writeUnboundStory(j: Journals): void {
     full: false,
   });
   j.soak({ ev: "fault", kind: "worker-kill", target: "w1", pid: 501, t: 1100 });
-  exit("worker", "w1", 501, 1110);
-  spawn("worker", "w1", 511, 1120);
+  j.exit("worker", "w1", 501, 1110);
+  j.spawn("worker", "w1", 511, 1120);
   j.attach("w1", 511, 2000, "s1", "b2");
   j.controller(401, {
     ev: "unbound",
@@ -505,7 +502,7 @@ function writeUnboundStory(j: Journals): void {
   });
   j.controller(401, { ev: "requeued", session: "s1", ep: "w1", ids: ["j2", "j3"], t: 2101 });
   j.soak({ ev: "fault", kind: "instance-kill", target: "i1", pid: 401, t: 2300 });
-  exit("controller", "i1", 401, 2310);
+  j.exit("controller", "i1", 401, 2310);
   j.controller(402, { ev: "takeover", of: "id1", jobs: 3, expiredAt: 5000, t: 5100 });
   j.run("w2", 502, "w2", "b1", 1, 5200, 5210);
   j.run("w2", 502, "w2", "b1", 2, 5210, 5220);
@@ -542,21 +539,7 @@ test("a confirmation its instance had taken is lost to the instance's kill, bind
  * instance stop's, not avoidable.
  */
 function writeBothStoppedStory(j: Journals): void {
-  const spawn = (role: string, name: string, pid: number, t: number) =>
-    j.soak({ ev: "spawn", role, name, runtime: "deno", pid, t });
-  j.soak({ ev: "phase", phase: "start", t: 0 });
-  for (
-    const [name, pid, session, id] of [["i1", 401, "s1", "id1"], ["i2", 402, "s2", "id2"]] as const
-  ) {
-    spawn("controller", name, pid, 0);
-    j.controller(pid, { ev: "ready", session, name, instance: id, loaded: 0, t: 100 });
-  }
-  spawn("worker", "w1", 501, 50);
-  spawn("worker", "w2", 502, 50);
-  j.attach("w1", 501, 200, "s1", "b1");
-  j.attach("w2", 502, 200, "s2", "b1");
-  j.producer({ ev: "send", from: 1, to: 1, attempt: 1, t: 300 });
-  j.producer({ ev: "ack", from: 1, to: 1, t: 500 });
+  startSharedStory(j, 2, 1);
   j.soak({ ev: "fault", kind: "worker-stop", target: "w1", pid: 501, t: 1000, ms: 4000 });
   j.soak({ ev: "fault", kind: "instance-stop", target: "i1", pid: 401, t: 2000, ms: 4000 });
   j.controller(402, { ev: "takeover", of: "id1", jobs: 1, expiredAt: 4800, t: 4850 });

@@ -18,7 +18,12 @@ interface Gate {
 
 /** A worker whose handler completes only when the test releases it. */
 function gatedWorker(
-  options: { window?: number; resendInterval?: number; drainTimeout?: number } = {},
+  options: {
+    window?: number;
+    resendInterval?: number;
+    drainTimeout?: number;
+    silenceIntervals?: number;
+  } = {},
 ) {
   const clock = new SimulatedClock();
   const started: Delivery<string>[] = [];
@@ -270,16 +275,7 @@ describe("worker endpoint sub-flow", () => {
   });
 
   test("with silenceIntervals it closes a link the controller stopped answering", async () => {
-    const clock = new SimulatedClock();
-    const worker = new WorkerEndpoint({
-      producer: "jobs",
-      name: "w",
-      clock,
-      resendInterval: 1000,
-      silenceIntervals: 3,
-      handler: () => {},
-    });
-    const controller = new ScriptedController(worker);
+    const { clock, controller } = gatedWorker({ resendInterval: 1000, silenceIntervals: 3 });
     controller.registered();
     await clock.advanceAsync(3000);
     const before = controller.closedWith;
@@ -291,15 +287,7 @@ describe("worker endpoint sub-flow", () => {
   test("keeps no timer once its link is gone, and ticks again on the next link", async () => {
     // Defect: the tick re-armed itself after the link closed, so a process whose in-process
     // controller had closed never exited.
-    const clock = new SimulatedClock();
-    const worker = new WorkerEndpoint({
-      producer: "jobs",
-      name: "w",
-      clock,
-      resendInterval: 1000,
-      handler: () => {},
-    });
-    const controller = new ScriptedController(worker);
+    const { clock, worker, controller } = gatedWorker({ resendInterval: 1000 });
     controller.registered();
     await clock.advanceAsync(1000);
     assert.ok(clock.pendingTimers > 0, "a live link ticks");

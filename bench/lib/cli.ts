@@ -11,6 +11,7 @@
 
 import process from "node:process";
 import { parseArgs } from "node:util";
+import { describeParseError } from "../../src/cli/args.ts";
 
 /** One flag of a script: a switch (`--quick`) or a value (`--jobs=N`). */
 export interface FlagSpec {
@@ -88,7 +89,7 @@ export function parseCommand(
   try {
     parsed = parseArgs({ args: [...argv], options, strict: true, allowPositionals: true });
   } catch (error) {
-    throw new UsageError(describe(error, argv));
+    throw new UsageError(describeParseError(error, argv));
   }
   const allowed = spec.variadic ? Infinity : spec.positionals?.length ?? 0;
   if (parsed.positionals.length > allowed) {
@@ -102,17 +103,6 @@ export function parseCommand(
     );
   }
   return { values: parsed.values, positionals: parsed.positionals, help: false };
-}
-
-/** `parseArgs`' message, reduced to the flag it is about. */
-function describe(error: unknown, argv: readonly string[]): string {
-  const message = error instanceof Error ? error.message : String(error);
-  const named = message.match(/option '([^']+)'/i)?.[1];
-  const flag = named?.split(/[ ,]/)[0] ?? argv.find((arg) => message.includes(arg));
-  if (/unknown option/i.test(message)) return `unknown flag ${flag ?? message}`;
-  if (/does not take an argument/i.test(message)) return `${flag} is a switch: it takes no value`;
-  if (/argument missing/i.test(message)) return `${flag} needs a value (${flag}=VALUE)`;
-  return message;
 }
 
 /**

@@ -8,16 +8,10 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
+import { type Runtime, runtime } from "../../src/cli/runtime.ts";
 
-/** The JavaScript runtime running this process. */
-export type Runtime = "deno" | "bun" | "node";
-
-/** This process's runtime. */
-export const runtime: Runtime = "Deno" in globalThis
-  ? "deno"
-  : "Bun" in globalThis
-  ? "bun"
-  : "node";
+// The JavaScript runtime running this process, as the command detects it.
+export { type Runtime, runtime };
 
 /** How the pinned Node (22) runs TypeScript: type stripping plus transforms. */
 export const NODE_TS_FLAGS: readonly string[] = ["--experimental-transform-types", "--no-warnings"];

@@ -129,7 +129,7 @@ export function parseCommand(
   try {
     parsed = parseArgs({ args: [...argv], options, strict: true, allowPositionals: true });
   } catch (error) {
-    throw new UsageError(describe(error, argv));
+    throw new UsageError(describeParseError(error, argv));
   }
   const values: Record<string, string | number | boolean | string[] | undefined> = {};
   for (const [name, raw] of Object.entries(parsed.values)) {
@@ -205,8 +205,22 @@ function check(name: string, flag: FlagSpec, text: string): string | number {
   }
 }
 
-/** `parseArgs`' message, reduced to the flag it is about. */
-function describe(error: unknown, argv: readonly string[]): string {
+/**
+ * `parseArgs`' error message, reduced to the flag it is about (the benchmark scripts' command
+ * lines say it the same way).
+ *
+ * @example
+ * ```ts
+ * import { parseArgs } from "node:util";
+ * import { describeParseError } from "./args.ts";
+ * try {
+ *   parseArgs({ args: ["--nope"], options: {} });
+ * } catch (error) {
+ *   console.assert(describeParseError(error, ["--nope"]) === "unknown flag --nope");
+ * }
+ * ```
+ */
+export function describeParseError(error: unknown, argv: readonly string[]): string {
   const message = error instanceof Error ? error.message : String(error);
   const named = message.match(/option '([^']+)'/i)?.[1];
   const flag = named?.split(/[ ,]/)[0] ?? argv.find((arg) => message.includes(arg));

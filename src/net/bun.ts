@@ -13,20 +13,15 @@
  * @module
  */
 
-import type { Context, Hono } from "hono";
+import type { Context } from "hono";
 import type { WSEvents } from "hono/ws";
 import { upgradeWebSocket, websocket } from "hono/bun";
-import {
-  buildWorkpullHono,
-  DEFAULT_MAX_FRAME_BYTES,
-  type WebSocketUpgrader,
-  type WorkpullAppOptions,
-} from "./app.ts";
-import { closeDashboardStreams } from "../dashboard/routes.ts";
+import { buildWorkpullHono, DEFAULT_MAX_FRAME_BYTES, type WebSocketUpgrader } from "./app.ts";
 import {
   closeOnShutdown,
   idleSeconds,
   listenOptions,
+  servedApps,
   servedRoot,
   type ServeOptions,
   serverUrls,
@@ -130,14 +125,11 @@ export function bunWebSocket(options: BunWebSocketOptions = {}): BunWebSocketHan
 export function serveBun(options: ServeOptions): WorkpullServer {
   const listen = listenOptions("serveBun", options);
   const upgradeWebSocket = bunUpgrader();
-  const built: Hono[] = []; // every app served, for their dashboard streams at close
-  const build = (app: Omit<WorkpullAppOptions, "upgradeWebSocket">) => {
-    const hono = buildWorkpullHono({ clientAddress: bunClientAddress, ...app, upgradeWebSocket });
-    built.push(hono);
-    return hono;
-  };
-  const app = build(options);
-  const root = servedRoot("serveBun", listen, app, options, build);
+  const apps = servedApps((app) =>
+    buildWorkpullHono({ clientAddress: bunClientAddress, ...app, upgradeWebSocket })
+  );
+  const app = apps.build(options);
+  const root = servedRoot("serveBun", listen, app, options, apps.build);
   const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
   const bun = (globalThis as unknown as { Bun?: BunRuntime }).Bun;
   if (!bun) throw new Error("Cannot serve with serveBun: this runtime is not Bun");
@@ -157,7 +149,7 @@ export function serveBun(options: ServeOptions): WorkpullServer {
     listen,
     options,
     () => {
-      for (const served of built) closeDashboardStreams(served);
+      apps.closeDashboardStreams();
       return Promise.resolve(server.stop(true)).then(() => {});
     },
   );

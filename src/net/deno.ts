@@ -18,17 +18,17 @@
  * @module
  */
 
-import type { Context, Hono } from "hono";
+import type { Context } from "hono";
 import type { WSEvents } from "hono/ws";
 import { upgradeWebSocket } from "hono/deno";
-import { buildWorkpullHono, type WebSocketUpgrader, type WorkpullAppOptions } from "./app.ts";
-import { closeDashboardStreams } from "../dashboard/routes.ts";
+import { buildWorkpullHono, type WebSocketUpgrader } from "./app.ts";
 import { type NetEventListener, report } from "./net_event.ts";
 import { type Logger, loggerOption } from "../core/logger.ts";
 import {
   closeOnShutdown,
   idleSeconds,
   listenOptions,
+  servedApps,
   servedRoot,
   type ServeOptions,
   serverUrls,
@@ -89,19 +89,16 @@ export function denoUpgrader(options: DenoUpgraderOptions = {}): WebSocketUpgrad
 export function serveDeno(options: ServeOptions): WorkpullServer {
   const listen = listenOptions("serveDeno", options);
   const upgradeWebSocket = denoUpgrader({ idleTimeout: listen.idleTimeoutSeconds * 1000 });
-  const built: Hono[] = []; // every app served, for their dashboard streams at close
-  const build = (app: Omit<WorkpullAppOptions, "upgradeWebSocket">) => {
-    const hono = buildWorkpullHono({ clientAddress: denoClientAddress, ...app, upgradeWebSocket });
-    built.push(hono);
-    return hono;
-  };
-  const app = build(options);
-  const root = servedRoot("serveDeno", listen, app, options, build);
+  const apps = servedApps((app) =>
+    buildWorkpullHono({ clientAddress: denoClientAddress, ...app, upgradeWebSocket })
+  );
+  const app = apps.build(options);
+  const root = servedRoot("serveDeno", listen, app, options, apps.build);
   const logger = loggerOption("serveDeno", options.logger);
   const loop = new ServeLoop(listen.hostname, listen.port, root.fetch, options.onEvent, logger);
   const { url, workersUrl } = serverUrls(listen.hostname, loop.port, listen.basePath);
   const close = closeOnShutdown(listen, options, () => {
-    for (const served of built) closeDashboardStreams(served); // Deno.serve's shutdown waits for open responses
+    apps.closeDashboardStreams(); // Deno.serve's shutdown waits for open responses
     return loop.close();
   });
   return { app, url, workersUrl, port: loop.port, close, [Symbol.asyncDispose]: close };

@@ -30,23 +30,17 @@ import type { IncomingMessage } from "node:http";
 import { STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
 import { createAdaptorServer } from "@hono/node-server";
-import type { Hono } from "hono";
 import { defineWebSocketHelper, WSContext, type WSEvents } from "hono/ws";
 import { type RawData, type WebSocket, WebSocketServer } from "ws";
 import { SUBPROTOCOL } from "../protocol/schemas.ts";
-import {
-  buildWorkpullHono,
-  DEFAULT_MAX_FRAME_BYTES,
-  type WebSocketUpgrader,
-  type WorkpullAppOptions,
-} from "./app.ts";
+import { buildWorkpullHono, DEFAULT_MAX_FRAME_BYTES, type WebSocketUpgrader } from "./app.ts";
 import { guard as guardAs } from "./safety.ts";
 import { type Logger, loggerOption } from "../core/logger.ts";
-import { closeDashboardStreams } from "../dashboard/routes.ts";
 import {
   closeOnShutdown,
   idleSeconds,
   listenOptions,
+  servedApps,
   servedRoot,
   type ServeOptions,
   serverUrls,
@@ -278,14 +272,11 @@ export async function serveNode(options: ServeOptions): Promise<WorkpullServer> 
     maxPayloadLength: Math.max(4 * maxFrameBytes, 1024 * 1024),
     logger,
   });
-  const built: Hono[] = []; // every app served, for their dashboard streams at close
-  const build = (app: Omit<WorkpullAppOptions, "upgradeWebSocket">) => {
-    const hono = buildWorkpullHono({ ...app, upgradeWebSocket: sockets.upgradeWebSocket });
-    built.push(hono);
-    return hono;
-  };
-  const app = build(options);
-  const root = servedRoot("serveNode", listen, app, options, build);
+  const apps = servedApps((app) =>
+    buildWorkpullHono({ ...app, upgradeWebSocket: sockets.upgradeWebSocket })
+  );
+  const app = apps.build(options);
+  const root = servedRoot("serveNode", listen, app, options, apps.build);
   // overrideGlobalObjects: false: serving must not replace the process's Request and Response.
   const server = createAdaptorServer({ fetch: root.fetch, overrideGlobalObjects: false });
   sockets.injectWebSocket(server, root);
@@ -309,7 +300,7 @@ export async function serveNode(options: ServeOptions): Promise<WorkpullServer> 
   const { url, workersUrl } = serverUrls(listen.hostname, port, listen.basePath);
   const close = closeOnShutdown(listen, options, () =>
     new Promise<void>((resolve) => {
-      for (const served of built) closeDashboardStreams(served);
+      apps.closeDashboardStreams();
       sockets.close();
       server.close(() => resolve());
       // Idle keep-alive connections would hold close() open until they time out.

@@ -7,6 +7,7 @@
 import { Hono } from "hono";
 import { booleanOption, durationOption, integerOption } from "../core/options.ts";
 import { drainOnShutdown } from "./shutdown.ts";
+import { closeDashboardStreams } from "../dashboard/routes.ts";
 import type { WorkpullApp, WorkpullAppOptions } from "./app.ts";
 
 /** One more app served on the same port (another flow), under its own base path. */
@@ -128,6 +129,41 @@ export function closeOnShutdown(
     });
   }
   return close;
+}
+
+/** The apps a runtime adapter built (its own and the mounted ones), from {@linkcode servedApps}. */
+export interface ServedApps {
+  /** Build one app and remember it. */
+  readonly build: (app: Omit<WorkpullAppOptions, "upgradeWebSocket">) => Hono;
+  /** End every built app's dashboard streams: an open stream would hold the server's close. */
+  closeDashboardStreams(): void;
+}
+
+/**
+ * Build every app a runtime adapter serves through `make`, remembering them for shutdown.
+ *
+ * @example
+ * ```ts ignore
+ * const apps = servedApps((app) => buildWorkpullHono({ ...app, upgradeWebSocket }));
+ * const root = servedRoot("serveDeno", listen, apps.build(options), options, apps.build);
+ * // at shutdown:
+ * apps.closeDashboardStreams();
+ * ```
+ */
+export function servedApps(
+  make: (app: Omit<WorkpullAppOptions, "upgradeWebSocket">) => Hono,
+): ServedApps {
+  const built: Hono[] = [];
+  return {
+    build(app) {
+      const hono = make(app);
+      built.push(hono);
+      return hono;
+    },
+    closeDashboardStreams() {
+      for (const served of built) closeDashboardStreams(served);
+    },
+  };
 }
 
 /**

@@ -24,7 +24,7 @@ import { type JobOptions, planJob } from "../lifecycle/job_options.ts";
 import type { JobInfo, JobRecord } from "../lifecycle/job_record.ts";
 import { JsonText } from "../protocol/json_text.ts";
 import { MAX_ID_LENGTH } from "../protocol/schemas.ts";
-import { utf8Length } from "../controller/durable_lane.ts";
+import { utf8Length } from "../core/utf8.ts";
 import { BacklogProducer } from "./backlog_producer.ts";
 import type {
   BacklogCounts,

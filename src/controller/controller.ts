@@ -64,13 +64,8 @@ import type { BatchStoreJob, StoreResult, WorkQueueState } from "../queue/work_q
 import { CloseCode, type Link, type LinkReceiver } from "../transport/link.ts";
 import * as v from "valibot";
 import { Binding, type Job, newJob } from "./binding.ts";
-import {
-  DurableLane,
-  type LaneUnit,
-  runWithRetry,
-  type UnitOutcome,
-  utf8Length,
-} from "./durable_lane.ts";
+import { DurableLane, type LaneUnit, runWithRetry, type UnitOutcome } from "./durable_lane.ts";
+import { utf8Length } from "../core/utf8.ts";
 import {
   type ControllerEventMap,
   ControllerRestartedEvent,

@@ -30,6 +30,7 @@ import {
 } from "../queue/work_queue.ts";
 import type { FailureStage } from "./events.ts";
 import type { JobOutcome } from "../lifecycle/job_record.ts";
+import { utf8Length } from "../core/utf8.ts";
 
 /** Retry policy for durable operations. */
 export interface LanePolicy {
@@ -376,17 +377,4 @@ function checkStoreResults(
     work.results.push(result);
   }
   return undefined;
-}
-
-/** UTF-8 byte length of a string without allocating. */
-export function utf8Length(text: string): number {
-  let bytes = text.length;
-  for (let i = 0; i < text.length; i++) {
-    const code = text.charCodeAt(i);
-    if (code < 0x80) continue;
-    if (code < 0x800) bytes += 1;
-    else if (code >= 0xd800 && code <= 0xdbff) i += 1, bytes += 2; // surrogate pair: 4 bytes
-    else bytes += 2;
-  }
-  return bytes;
 }

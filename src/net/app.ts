@@ -32,7 +32,7 @@ import { type Context, Hono, type MiddlewareHandler } from "hono";
 import type { WSEvents } from "hono/ws";
 import * as v from "valibot";
 import type { LinkIdentity, WorkPullingController } from "../controller/controller.ts";
-import { utf8Length } from "../controller/durable_lane.ts";
+import { utf8Length } from "../core/utf8.ts";
 import { durationOption, integerOption, optionsObject } from "../core/options.ts";
 import { type Logger, loggerOption } from "../core/logger.ts";
 import type { BufferedProducer } from "../producer/buffered_producer.ts";

@@ -6,7 +6,7 @@
  * @module
  */
 
-import { utf8Length } from "../controller/durable_lane.ts";
+import { utf8Length } from "../core/utf8.ts";
 import { defaultLogger, type Logger } from "../core/logger.ts";
 
 /** Run `body`; log what it throws instead of letting it escape. */

@@ -35,7 +35,7 @@
  */
 
 import type { WSContext, WSEvents, WSMessageReceive } from "hono/ws";
-import { utf8Length } from "../controller/durable_lane.ts";
+import { utf8Length } from "../core/utf8.ts";
 import { CloseCode, type Link, type LinkReceiver } from "../transport/link.ts";
 import { type NetEventListener, report } from "./net_event.ts";
 import { closeReason, guard as guardAs } from "./safety.ts";

@@ -14,7 +14,7 @@
 
 import { Deque } from "../core/deque.ts";
 import { integerOption, optionsObject } from "../core/options.ts";
-import { utf8Length } from "../controller/durable_lane.ts";
+import { utf8Length } from "../core/utf8.ts";
 import { JsonText } from "../protocol/json_text.ts";
 import type { ProducerEndpoint, ProducerPort } from "../controller/producer_contract.ts";
 import {

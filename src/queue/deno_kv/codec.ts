@@ -95,6 +95,31 @@ export function partsFor(messageIdBytes: number, payloadBytes: number): number {
 }
 
 /**
+ * Encodes a job from its text, given the UTF-8 lengths of both (as `prepareJob` measured them):
+ * the same bytes as {@linkcode encodeJob}, with a single encoding for a job that needs no
+ * continuation parts.
+ *
+ * @example
+ * ```ts
+ * import { decodeJob, encodeJobText } from "./codec.ts";
+ * console.assert(decodeJob(encodeJobText("a", 1, '"hé"', 5).record, 1).payloadBytes === 5);
+ * ```
+ */
+export function encodeJobText(
+  messageId: string,
+  messageIdBytes: number,
+  payload: string,
+  payloadBytes: number,
+): EncodedJob {
+  const parts = partsFor(messageIdBytes, payloadBytes);
+  if (parts > 0) return encodeJob(encoder.encode(messageId), encoder.encode(payload));
+  return {
+    record: encoder.encode(headerLine(messageIdBytes, payloadBytes, 0) + messageId + payload),
+    parts: [],
+  };
+}
+
+/**
  * Encodes a job: its record and continuation parts.
  *
  * @example Round-trip a job
@@ -108,9 +133,7 @@ export function partsFor(messageIdBytes: number, payloadBytes: number): number {
  */
 export function encodeJob(messageId: Uint8Array, payload: Uint8Array): EncodedJob {
   const parts = partsFor(messageId.length, payload.length);
-  const header = encoder.encode(
-    `${JSON.stringify({ v: FORMAT_VERSION, id: messageId.length, len: payload.length, parts })}\n`,
-  );
+  const header = encoder.encode(headerLine(messageId.length, payload.length, parts));
   const headLength = Math.min(payload.length, headCapacity(messageId.length));
   const record = new Uint8Array(header.length + messageId.length + headLength);
   record.set(header);
@@ -121,6 +144,11 @@ export function encodeJob(messageId: Uint8Array, payload: Uint8Array): EncodedJo
     rest.push(payload.subarray(at, at + KV_LIMITS.maxValueBytes));
   }
   return { record, parts: rest };
+}
+
+/** A job record's header line: ASCII JSON and its `\n`. */
+function headerLine(messageIdBytes: number, payloadBytes: number, parts: number): string {
+  return `${JSON.stringify({ v: FORMAT_VERSION, id: messageIdBytes, len: payloadBytes, parts })}\n`;
 }
 
 /**
@@ -276,12 +304,8 @@ export function decodeMeta(value: unknown): number {
  * ```
  */
 export function encodeDone(messageId: string, seq: number): Uint8Array {
-  const header = encoder.encode(JSON.stringify({ seq }) + "\n");
-  const id = encoder.encode(messageId);
-  const record = new Uint8Array(header.length + id.length);
-  record.set(header);
-  record.set(id, header.length);
-  return record;
+  // The header is ASCII, so one encoding of the joined text is the header's bytes, then the ID's.
+  return encoder.encode(`${JSON.stringify({ seq })}\n${messageId}`);
 }
 
 /**
@@ -315,8 +339,13 @@ export function decodeDone(value: unknown): { readonly messageId: string; readon
  * ```
  */
 export function encodeFlags(flags: JobFlags): Uint8Array {
-  return encoder.encode(JSON.stringify({ accepted: flags.accepted, confirmed: flags.confirmed }));
+  return FLAGS_RECORDS[Number(flags.accepted) * 2 + Number(flags.confirmed)];
 }
+
+/** The four flags records, encoded once (values are handed to commits, which copy them). */
+const FLAGS_RECORDS = [false, true].flatMap((accepted) =>
+  [false, true].map((confirmed) => encoder.encode(JSON.stringify({ accepted, confirmed })))
+);
 
 /**
  * Decodes a flags record: exactly one flag is set (none means no record; both means the job

@@ -8,6 +8,7 @@
  */
 
 import type { QueueBatch } from "../work_queue.ts";
+import { utf8Length } from "../../core/utf8.ts";
 import { partsFor } from "./codec.ts";
 import type { PlannedStore } from "./plan.ts";
 
@@ -71,7 +72,13 @@ export function prepareJob(
       `Cannot store ${id}: the payload is ${payloadBytes} bytes, the maximum is ${limits.maxPayloadBytes} bytes (maxPayloadBytes)`,
     );
   }
-  return { messageId: id, payload, parts: partsFor(idBytes, payloadBytes) };
+  return {
+    messageId: id,
+    messageIdBytes: idBytes,
+    payload,
+    payloadBytes,
+    parts: partsFor(idBytes, payloadBytes),
+  };
 }
 
 /**
@@ -104,7 +111,7 @@ export function prepareBatch(batch: QueueBatch, limits: InputLimits): WriteInput
     );
   }
   let bytes = 0;
-  for (const job of store) bytes += utf8Length(job.messageId) + utf8Length(job.payload);
+  for (const job of store) bytes += job.messageIdBytes + job.payloadBytes;
   for (const id of accept) bytes += utf8Length(id);
   for (const id of confirm) bytes += utf8Length(id);
   if (bytes > maxBytes) {
@@ -145,31 +152,6 @@ export function checkSeq(seq: unknown, name: string): number {
     throw new TypeError(`Cannot store: ${name} must be an integer, not ${String(seq)}`);
   }
   return seq as number;
-}
-
-/**
- * The UTF-8 length of a string without encoding it (a lone surrogate counts as U+FFFD).
- *
- * @example
- * ```ts
- * import { utf8Length } from "./input.ts";
- * console.assert(utf8Length("aé✓🎉") === 1 + 2 + 3 + 4);
- * ```
- */
-export function utf8Length(text: string): number {
-  let bytes = text.length;
-  for (let i = 0; i < text.length; i++) {
-    const code = text.charCodeAt(i);
-    if (code < 0x80) continue;
-    if (code < 0x800) {
-      bytes += 1;
-    } else {
-      bytes += 2;
-      const next = text.charCodeAt(i + 1);
-      if (code <= 0xdbff && code >= 0xd800 && next >= 0xdc00 && next <= 0xdfff) i += 1;
-    }
-  }
-  return bytes;
 }
 
 function isWellFormed(text: string): boolean {

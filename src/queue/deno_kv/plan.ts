@@ -25,12 +25,16 @@ export interface KvJobInfo {
   readonly confirmed: boolean;
 }
 
-/** A job to store, with its part count already computed. */
+/** A job to store, with its sizes and part count already computed. */
 export interface PlannedStore {
   /** The stable deduplication key. */
   readonly messageId: string;
+  /** The MessageID's UTF-8 length. */
+  readonly messageIdBytes: number;
   /** The payload's JSON text. */
   readonly payload: string;
+  /** The payload's UTF-8 length. */
+  readonly payloadBytes: number;
   /** Continuation parts its payload needs. */
   readonly parts: number;
 }
@@ -57,9 +61,9 @@ export interface PlanInput {
 export type PlannedWrite =
   | {
     readonly kind: "create";
-    readonly messageId: string;
     readonly seq: number;
-    readonly payload: string;
+    /** The job as stored: its MessageID, payload and their UTF-8 lengths. */
+    readonly job: PlannedStore;
     readonly flags: { readonly accepted: boolean; readonly confirmed: boolean } | undefined;
   }
   | {
@@ -93,7 +97,8 @@ interface Draft {
   accepted: boolean;
   confirmed: boolean;
   readonly initial: KvJobInfo | undefined;
-  readonly payload: string | undefined;
+  /** The job this batch stores (undefined: retained before the batch). */
+  readonly job: PlannedStore | undefined;
 }
 
 /**
@@ -108,7 +113,7 @@ interface Draft {
  *   currentSeq: 0,
  *   jobs: new Map(),
  *   firstSeq: 1,
- *   store: [{ messageId: "a", payload: "1", parts: 0 }],
+ *   store: [{ messageId: "a", messageIdBytes: 1, payload: "1", payloadBytes: 1, parts: 0 }],
  *   accept: ["a"],
  *   confirm: [],
  *   storedPayloads: new Map(),
@@ -124,7 +129,7 @@ export function planBatch(input: PlanInput): BatchPlan {
     const draft = drafts.get(job.messageId);
     const known = draft ?? input.jobs.get(job.messageId);
     if (known) {
-      const payload = draft?.payload ?? input.storedPayloads.get(job.messageId);
+      const payload = draft?.job?.payload ?? input.storedPayloads.get(job.messageId);
       if (payload === undefined) throw new Error(`Missing the stored payload of ${job.messageId}`);
       stored.push({ seq: known.seq, alreadyStored: true, payload });
       continue;
@@ -137,7 +142,7 @@ export function planBatch(input: PlanInput): BatchPlan {
       accepted: false,
       confirmed: false,
       initial: undefined,
-      payload: job.payload,
+      job,
     });
     stored.push({ seq, alreadyStored: false, payload: job.payload });
   }
@@ -162,7 +167,7 @@ function mark(
     const info = jobs.get(messageId);
     if (!info && flag === "confirmed") return; // confirmed and compacted already: a no-op
     if (!info) throw new QueueConflictError(`Cannot accept ${messageId}: unknown MessageID`);
-    draft = { ...info, initial: info, payload: undefined };
+    draft = { ...info, initial: info, job: undefined };
     drafts.set(messageId, draft);
   }
   draft[flag] = true;
@@ -176,7 +181,7 @@ function finish(drafts: Map<string, Draft>, stored: StoreResult[], currentSeq: n
     const done = accepted && confirmed;
     const flags = accepted || confirmed ? { accepted, confirmed } : undefined;
     if (!initial) {
-      if (!done) writes.push({ kind: "create", messageId, seq, payload: draft.payload!, flags });
+      if (!done) writes.push({ kind: "create", seq, job: draft.job!, flags });
     } else if (done) {
       const hadFlags = initial.accepted || initial.confirmed;
       writes.push({ kind: "compact", messageId, seq, parts, hadFlags });

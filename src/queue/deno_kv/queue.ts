@@ -69,10 +69,10 @@ import {
   encodeDone,
   encodeEpoch,
   encodeFlags,
-  encodeJob,
+  encodeJobText,
   encodeMeta,
 } from "./codec.ts";
-import { type BatchPlan, type KvJobInfo, planBatch } from "./plan.ts";
+import { type BatchPlan, type KvJobInfo, planBatch, type PlannedStore } from "./plan.ts";
 import { checkId, checkSeq, prepareBatch, prepareJob, type WriteInput } from "./input.ts";
 import {
   checkStamps,
@@ -117,7 +117,6 @@ interface View {
 const OWNER = "DenoKvWorkQueue";
 const OPTIMISTIC_LOADS = 3;
 const ATTEMPTS = 3;
-const encoder = new TextEncoder();
 const noop = () => {};
 
 /**
@@ -374,9 +373,7 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
     input: WriteInput,
     signal: AbortSignal | undefined,
   ): Promise<QueueBatchResult> {
-    const repeated = [...new Set(input.store.map((job) => job.messageId))]
-      .filter((id) => view.jobs.has(id))
-      .map((id) => [id, view.jobs.get(id)!.seq] as const);
+    const repeated = repeatedJobs(input.store, view.jobs);
     const storedPayloads = await readPayloads(this.#kv, this.#layout, view, repeated);
     let plan;
     try {
@@ -413,7 +410,8 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
     const orphans: KvKey[] = [];
     for (const write of plan.writes) {
       if (write.kind === "create") {
-        const job = encodeJob(encoder.encode(write.messageId), encoder.encode(write.payload));
+        const { messageId, messageIdBytes, payload, payloadBytes } = write.job;
+        const job = encodeJobText(messageId, messageIdBytes, payload, payloadBytes);
         atomic.set(layout.jobKey(write.seq), sizes.job, job.record);
         job.parts.forEach((part, i) =>
           atomic.set(layout.partKey(write.seq, i + 1), sizes.part, part)
@@ -478,4 +476,20 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
       view.orphans.unshift(...keys);
     }
   }
+}
+
+/** The retained jobs that `store` repeats, each once, with their sequences. */
+function repeatedJobs(
+  store: readonly PlannedStore[],
+  retained: ReadonlyMap<string, KvJobInfo>,
+): (readonly [string, number])[] {
+  const repeated: (readonly [string, number])[] = [];
+  let seen: Set<string> | undefined;
+  for (const { messageId } of store) {
+    const info = retained.get(messageId);
+    if (!info || seen?.has(messageId)) continue;
+    (seen ??= new Set()).add(messageId);
+    repeated.push([messageId, info.seq]);
+  }
+  return repeated;
 }

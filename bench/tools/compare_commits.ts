@@ -6,16 +6,18 @@
  * Each commit is checked out into its own temporary git worktree. Its dependencies: when its
  * `package-lock.json` is identical to this checkout's, the worktree links this checkout's
  * `node_modules` (nothing is installed); otherwise it gets its own `npm ci`. The tool says which.
- * Then the throughput scenario of each commit (its own `bench/scenarios/throughput.ts`, with its
- * own warm-up and its own raw baselines) runs once per round, the two commits alternating and
- * taking turns going first, on each runtime asked for. At the end: each layout's median
- * workpull jobs/s for both commits and the ratio head/base, the same for the ratio to the raw
- * baseline measured in the same process (which cancels slow drifts of the machine's load), every
- * round, and the load average around the whole run with the CPU other processes used during it.
+ * Then the scenario of each commit (its own `bench/scenarios/throughput.ts` or `durable.ts`, with
+ * its own warm-up and its own raw baselines) runs once per round, the two commits alternating and
+ * taking turns going first, on each runtime asked for (durable: Deno only). At the end: each
+ * layout's median workpull jobs/s for both commits and the ratio head/base, the same for the ratio
+ * to the raw baseline measured in the same process (which cancels slow drifts of the machine's
+ * load), every round, and the load average around the whole run with the CPU other processes used
+ * during it. The durable scenario's layouts are its in-process and `POST /jobs` producers, each
+ * against raw KV commits of 100 jobs.
  * The worktrees are removed at the end, also after a failure or Ctrl-C.
  *
  *   deno run -A bench/tools/compare_commits.ts --base=9375f33 --head=HEAD [--runtimes=deno,bun]
- *     [--rounds=5] [--jobs=100000] [--scenario=throughput]
+ *     [--rounds=5] [--jobs=100000] [--scenario=throughput|durable]
  *
  * @module
  */
@@ -25,21 +27,53 @@ import { existsSync, readFileSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import process from "node:process";
 import { commandLine, numberArg } from "../lib/cli.ts";
+import type { DurableResult } from "../scenarios/durable.ts";
 import { load1, type LoadRecord, measureLoad } from "../lib/machine_load.ts";
 import { repoPath } from "../lib/runtime.ts";
 import { median } from "../lib/stats.ts";
 import { makeTempDir, removeTempDir } from "../lib/tmp.ts";
 
 const RUNTIMES = ["deno", "bun"];
-const SCENARIOS: Readonly<Record<string, string>> = {
-  throughput: "bench/scenarios/throughput.ts",
+/** A scenario: its script and how to read each layout's figures from its JSON result. */
+interface Scenario {
+  readonly script: string;
+  readonly runtimes: readonly string[];
+  readonly layouts: (result: never) => [string, LayoutSample][];
+  /** Jobs per run unless --jobs says otherwise. */
+  readonly jobs: number;
+  /** What "x raw" divides by. */
+  readonly baseline: string;
+}
+
+const SCENARIOS: Readonly<Record<string, Scenario>> = {
+  throughput: {
+    script: "bench/scenarios/throughput.ts",
+    runtimes: RUNTIMES,
+    jobs: 100_000,
+    baseline: "the raw WebSocket baseline",
+    layouts: (result: ThroughputResult) =>
+      result.pairs.map((pair) => [
+        pair.topology,
+        { workpull: pair.workpull.median, raw: pair.raw.median },
+      ]),
+  },
+  durable: {
+    script: "bench/scenarios/durable.ts",
+    runtimes: ["deno"],
+    jobs: 30_000,
+    baseline: "raw KV commits of 100 jobs",
+    layouts: (result: DurableResult) => [
+      ["in-process producer", { workpull: result.endToEnd.median, raw: result.rawBatch.median }],
+      ["POST /jobs", { workpull: result.remote.median, raw: result.rawBatch.median }],
+    ],
+  },
 };
 
 const { values } = commandLine({
   usage:
-    "deno run -A bench/tools/compare_commits.ts --base=<commit> --head=<commit> [--runtimes=deno,bun] [--rounds=N] [--jobs=N] [--scenario=throughput]",
+    "deno run -A bench/tools/compare_commits.ts --base=<commit> --head=<commit> [--runtimes=deno,bun] [--rounds=N] [--jobs=N] [--scenario=throughput|durable]",
   summary: [
-    "Run the throughput scenario of two commits alternately in one run on this machine and print",
+    "Run the throughput or durable scenario of two commits alternately in one run on this machine and print",
     "each layout's median jobs/s for both and the ratio head/base, with the load average. Each",
     "commit runs from a temporary git worktree (this checkout's node_modules when its",
     "package-lock.json is identical, else its own npm ci); the worktrees are removed at the end.",
@@ -53,7 +87,11 @@ const { values } = commandLine({
       help: `runtimes to run the scenario on: ${RUNTIMES.join(", ")} (default both)`,
     },
     rounds: { kind: "value", value: "N", help: "rounds per commit and runtime (default 5)" },
-    jobs: { kind: "value", value: "N", help: "jobs per run of the scenario (default 100000)" },
+    jobs: {
+      kind: "value",
+      value: "N",
+      help: "jobs per run of the scenario (default 100000; durable 30000)",
+    },
     scenario: {
       kind: "value",
       value: "NAME",
@@ -81,12 +119,18 @@ if (badRuntime !== undefined) {
   usageError(`unknown runtime "${badRuntime}" (runtimes: ${RUNTIMES.join(", ")})`);
 }
 const scenario = (values.scenario as string | undefined) ?? "throughput";
-const script = SCENARIOS[scenario];
-if (script === undefined) {
+const chosen = SCENARIOS[scenario];
+if (chosen === undefined) {
   usageError(`unknown scenario "${scenario}" (scenarios: ${Object.keys(SCENARIOS).join(", ")})`);
 }
+const script = chosen.script;
+const unsupported = runtimes.find((name) => !chosen.runtimes.includes(name));
+if (unsupported !== undefined && values.runtimes !== undefined) {
+  usageError(`the ${scenario} scenario runs on ${chosen.runtimes.join(", ")} only`);
+}
+if (unsupported !== undefined) runtimes.splice(0, runtimes.length, ...chosen.runtimes);
 const rounds = numberArg("--rounds", values.rounds, 5);
-const jobs = numberArg("--jobs", values.jobs, 100_000);
+const jobs = numberArg("--jobs", values.jobs, chosen.jobs);
 
 /** One side of the comparison, checked out. */
 interface Side {
@@ -105,7 +149,7 @@ interface LayoutSample {
 }
 
 /** What a run of the throughput scenario prints last (its result, as JSON). */
-interface ScenarioResult {
+interface ThroughputResult {
   readonly runtime: string;
   readonly pairs: readonly {
     readonly topology: string;
@@ -195,16 +239,10 @@ async function runScenario(side: Side, runtime: string): Promise<Map<string, Lay
     ? ["run", "-A", "--unstable-kv", "--quiet", path, String(jobs), "1"]
     : [path, String(jobs), "1"];
   const stdout = await run(bin, args, side.dir, 30 * 60_000, true);
-  // The scenario prints its progress, then its result as indented JSON from a line "{" on.
-  const start = stdout.search(/^\{$/m);
+  // The scenario prints its progress, then its result as JSON from the first line with "{" on.
+  const start = stdout.search(/^\{/m);
   if (start < 0) throw new Error(`no result from ${side.label} on ${runtime}:\n${stdout}`);
-  const result = JSON.parse(stdout.slice(start)) as ScenarioResult;
-  return new Map(
-    result.pairs.map((pair) => [
-      pair.topology,
-      { workpull: pair.workpull.median, raw: pair.raw.median },
-    ]),
-  );
+  return new Map(chosen!.layouts(JSON.parse(stdout.slice(start)) as never));
 }
 
 let interrupted = false;
@@ -292,8 +330,8 @@ try {
 
   const record = loads[0];
   console.log(
-    `\n${scenario}, medians of ${rounds} rounds (workpull jobs/s; "x raw" is workpull over the raw ` +
-      `WebSocket baseline of the same run)`,
+    `\n${scenario}, medians of ${rounds} rounds (workpull jobs/s; "x raw" is workpull over ` +
+      `${chosen.baseline} of the same run)`,
   );
   const rows: string[][] = [[
     "runtime",

@@ -1,5 +1,5 @@
 /**
- * Serve workpull on Deno (`Deno.serve` and `hono/deno`).
+ * Serve workpull on Deno (`Deno.serve` and `Deno.upgradeWebSocket`).
  *
  * @example Serve a controller; a worker joins with a signed token
  * ```ts

@@ -7,9 +7,9 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { connectWorker } from "../client.ts";
+import { connectWorker, type WebSocketConstructor } from "../client.ts";
 import { settle } from "../testing.ts";
-import { waitFor } from "./fixtures/net_support.ts";
+import { startFlow, waitFor, within } from "./fixtures/net_support.ts";
 
 /** A WebSocket the test drives by hand. */
 class ScriptedSocket {
@@ -205,5 +205,26 @@ test("a refused handshake over a real socket is retried long before the connect 
   } finally {
     await connection.close();
     await new Promise((resolve) => server.close(resolve));
+  }
+});
+
+test("a worker on the ws package (Node before 22), which offers `workpull.v1,<token>` without a space, works against this runtime's server", async () => {
+  const { WebSocket } = await import("ws");
+  const flow = await startFlow();
+  const connection = connectWorker({
+    url: flow.server.workersUrl,
+    token: await flow.token("w"),
+    producer: "jobs",
+    name: "w",
+    handler: () => {},
+    WebSocket: WebSocket as unknown as WebSocketConstructor,
+    drainOnSignals: false,
+  });
+  try {
+    await within(flow.submit(3).confirmed, "3 jobs confirmed by the ws worker");
+    assert.equal(flow.controller.stats().totals.confirmed, 3);
+  } finally {
+    await connection.close();
+    await flow.close();
   }
 });

@@ -3,7 +3,7 @@
  * `npm run cli`, Node once installed from npm, or Bun): serving, a Deno KV file, a `WebSocket`,
  * and how to start this command again as another process (the demo's server and workers).
  *
- * Runtime modules are imported only on their runtime (`hono/deno` reads `Deno` as it loads).
+ * Runtime modules are imported only on their runtime (`deno.ts` reads `Deno` as it runs).
  * A KV file is `Deno.openKv` on Deno and npm `@deno/kv` (the same SQLite engine) on Node and
  * Bun; `@deno/kv` is not a dependency of the npm package (it carries a native library), so on
  * Node a KV file needs `npm install @deno/kv`, and without it `serve` says so and `--memory`

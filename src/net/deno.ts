@@ -1,6 +1,12 @@
 /**
- * Serving the workpull app on Deno. The only module that imports `hono/deno` (deprecated for
- * Hono v5, whose replacement is not on npm yet): swapping it is a change here only.
+ * Serving the workpull app on Deno, upgrading WebSockets with `Deno.upgradeWebSocket` through
+ * Hono's WebSocket helper (`hono/deno`'s own upgrade, deprecated for Hono v5, is not used).
+ *
+ * **The subprotocol is chosen here, not by Deno.** Deno checks a `protocol` option against the
+ * offered list split at `", "` only, so an offer written `workpull.v1,<token>` (as Node's `ws`
+ * writes it) would be refused with a TypeError; the upgrade takes no `protocol` and names
+ * `workpull.v1` in the 101 response itself when the client offered it first (the app has
+ * already refused any other first entry).
  *
  * **The accept loop is kept alive.** `Deno.serve` accepts connections in native code; when an
  * accept fails — typically "Too many open files" once idle connections hold every descriptor —
@@ -19,8 +25,9 @@
  */
 
 import type { Context } from "hono";
-import type { WSEvents } from "hono/ws";
-import { upgradeWebSocket } from "hono/deno";
+import { defineWebSocketHelper, WSContext, type WSEvents } from "hono/ws";
+import { offeredProtocols } from "./auth.ts";
+import { SUBPROTOCOL } from "../protocol/schemas.ts";
 import { buildWorkpullHono, type WebSocketUpgrader } from "./app.ts";
 import { type NetEventListener, report } from "./net_event.ts";
 import { type Logger, loggerOption } from "../core/logger.ts";
@@ -67,6 +74,33 @@ export function denoUpgrader(options: DenoUpgraderOptions = {}): WebSocketUpgrad
   return (createEvents: (c: Context) => WSEvents | Promise<WSEvents>) =>
     upgradeWebSocket(createEvents, { idleTimeout });
 }
+
+const upgradeWebSocket = defineWebSocketHelper<WebSocket, Deno.UpgradeWebSocketOptions>(
+  (c, events, options) => {
+    if (c.req.header("upgrade")?.toLowerCase() !== "websocket") return;
+    const { response, socket } = Deno.upgradeWebSocket(c.req.raw, options);
+    if (offeredProtocols(c.req.raw)[0] === SUBPROTOCOL) {
+      response.headers.set("sec-websocket-protocol", SUBPROTOCOL);
+    }
+    const context = new WSContext<WebSocket>({
+      close: (code, reason) => socket.close(code, reason),
+      get protocol() {
+        return socket.protocol;
+      },
+      raw: socket,
+      get readyState() {
+        return socket.readyState as 0 | 1 | 2 | 3;
+      },
+      url: socket.url ? new URL(socket.url) : null,
+      send: (source) => socket.send(source),
+    });
+    socket.onopen = (event) => events.onOpen?.(event, context);
+    socket.onmessage = (event) => events.onMessage?.(event, context);
+    socket.onclose = (event) => events.onClose?.(event, context);
+    socket.onerror = (event) => events.onError?.(event, context);
+    return response;
+  },
+);
 
 /**
  * Serve a controller on Deno: `GET /workers` (WebSocket), `POST /jobs` (with `producer`) and

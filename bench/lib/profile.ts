@@ -27,12 +27,16 @@ function post<T>(method: string, params: object = {}): Promise<T> {
   );
 }
 
-/** Start sampling (interval in µs). A no-op on Bun, which profiles with `--cpu-prof`. */
-export async function startProfiling(intervalMicros = 100): Promise<void> {
-  if (!("Deno" in globalThis) || session) return;
+async function connect(): Promise<void> {
   const { Session } = await import("node:inspector");
   session = new Session() as unknown as InspectorSession;
   session.connect();
+}
+
+/** Start sampling (interval in µs). A no-op on Bun, which profiles with `--cpu-prof`. */
+export async function startProfiling(intervalMicros = 100): Promise<void> {
+  if (!("Deno" in globalThis) || session) return;
+  await connect();
   await post("Profiler.enable");
   await post("Profiler.setSamplingInterval", { interval: intervalMicros });
   await post("Profiler.start");
@@ -48,6 +52,60 @@ export async function stopProfiling(dir: string, name: string): Promise<string |
   const path = join(dir, `${name}.cpuprofile`);
   writeFileSync(path, JSON.stringify(profile));
   return path;
+}
+
+/**
+ * Start V8's sampling heap profiler, counting every allocation whether or not it is collected
+ * later (one sample per `intervalBytes` on average). Deno only; false elsewhere.
+ */
+export async function startAllocationSampling(intervalBytes = 256): Promise<boolean> {
+  if (!("Deno" in globalThis) || session) return false;
+  await connect();
+  await post("HeapProfiler.enable");
+  await post("HeapProfiler.startSampling", {
+    samplingInterval: intervalBytes,
+    includeObjectsCollectedByMajorGC: true,
+    includeObjectsCollectedByMinorGC: true,
+  });
+  return true;
+}
+
+interface AllocationNode {
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  selfSize: number;
+  children: AllocationNode[];
+}
+
+/**
+ * Stop the sampling started by {@linkcode startAllocationSampling}: bytes allocated per
+ * function (where V8 inlined a function, its caller is charged), the largest first.
+ */
+export async function stopAllocationSampling(): Promise<[string, number][]> {
+  if (!session) return [];
+  const { profile } = await post<{ profile: { head: AllocationNode } }>(
+    "HeapProfiler.stopSampling",
+  );
+  await post("HeapProfiler.disable");
+  session.disconnect();
+  session = undefined;
+  const bytes = new Map<string, number>();
+  const walk = (node: AllocationNode) => {
+    const key = functionKey(node.callFrame);
+    bytes.set(key, (bytes.get(key) ?? 0) + node.selfSize);
+    for (const child of node.children) walk(child);
+  };
+  walk(profile.head);
+  return [...bytes].filter(([, size]) => size > 0).sort((a, b) => b[1] - a[1]);
+}
+
+/** "name file:line" of a call frame, the file relative to src/, bench/ or node_modules/. */
+function functionKey(frame: { functionName: string; url: string; lineNumber: number }): string {
+  const file = fileOf(frame.url);
+  return `${frame.functionName || "(anonymous)"} ${file}:${frame.lineNumber + 1}`;
+}
+
+function fileOf(url: string): string {
+  return url.replace(/^.*\/(src|bench|node_modules)\//, "$1/") || "(native)";
 }
 
 interface ProfileNode {
@@ -76,9 +134,9 @@ export function summarize(profile: Profile): {
   const byFile = new Map<string, number>();
   let total = 0;
   for (const [id, ms] of self) {
-    const { functionName, url, lineNumber } = nodes.get(id)!.callFrame;
-    const file = url.replace(/^.*\/(src|bench|node_modules)\//, "$1/") || "(native)";
-    const key = `${functionName || "(anonymous)"} ${file}:${lineNumber + 1}`;
+    const frame = nodes.get(id)!.callFrame;
+    const file = fileOf(frame.url);
+    const key = functionKey(frame);
     byFunction.set(key, (byFunction.get(key) ?? 0) + ms);
     byFile.set(file, (byFile.get(file) ?? 0) + ms);
     total += ms;

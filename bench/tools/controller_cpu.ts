@@ -8,11 +8,16 @@
  * Beside the CPU time it prints the bytes allocated per job (V8's `total_allocated_bytes`, where
  * the runtime has it): what the young-generation collector has to sweep.
  *
+ * `--allocations` (Deno) also samples every allocation of the measured rounds and prints the bytes
+ * per job each function allocated (V8's sampling heap profiler; a function V8 inlined is charged
+ * to its caller): where the bytes per job come from.
+ *
  * `--outcomes` measures the job-queue mode instead: the controller with a `MemoryWorkQueue` and
  * `outcomes` on, workers announcing feature `outcomes` (their jobs frames carry try numbers and
  * every confirmation goes through the durable lane with its outcome).
  *
- *   deno run -A bench/tools/controller_cpu.ts [jobs=300000] [rounds=5] [--profile] [--outcomes]
+ *   deno run -A bench/tools/controller_cpu.ts [jobs=300000] [rounds=5] [--profile] [--allocations]
+ *     [--outcomes]
  *
  * @module
  */
@@ -21,13 +26,20 @@ import { mkdirSync } from "node:fs";
 import process from "node:process";
 import v8 from "node:v8";
 import { BufferedProducer, type Link, MemoryWorkQueue, WorkPullingController } from "../../mod.ts";
-import { printTop, startProfiling, stopProfiling } from "../lib/profile.ts";
+import {
+  printTop,
+  startAllocationSampling,
+  startProfiling,
+  stopAllocationSampling,
+  stopProfiling,
+} from "../lib/profile.ts";
 import { median } from "../lib/stats.ts";
 import { commandLine, numberArg } from "../lib/cli.ts";
 import { repoPath } from "../lib/runtime.ts";
 
 const { values, positionals } = commandLine({
-  usage: "deno run -A bench/tools/controller_cpu.ts [jobs] [rounds] [--profile] [--outcomes]",
+  usage:
+    "deno run -A bench/tools/controller_cpu.ts [jobs] [rounds] [--profile] [--allocations] [--outcomes]",
   summary: "The controller's CPU time per job without sockets (4 scripted workers, window 100).",
   positionals: [
     { name: "jobs", help: "jobs per round (default 300000)" },
@@ -35,6 +47,10 @@ const { values, positionals } = commandLine({
   ],
   flags: {
     profile: { kind: "switch", help: "record a CPU profile into .tmp/profiles and summarize it" },
+    allocations: {
+      kind: "switch",
+      help: "Deno: sample every allocation and print the bytes per job of each function",
+    },
     outcomes: {
       kind: "switch",
       help: "job-queue mode: a MemoryWorkQueue, outcomes on, workers with feature outcomes",
@@ -133,6 +149,7 @@ async function batch(count: number): Promise<{ ms: number; bytes: number | undef
 await batch(jobs / 2);
 const profile = values.profile === true;
 if (profile) await startProfiling();
+const sampling = values.allocations === true && !profile && await startAllocationSampling();
 const times: number[] = [];
 const bytes: number[] = [];
 for (let i = 0; i < rounds; i++) {
@@ -147,6 +164,13 @@ console.log(
     `(rounds: ${times.map((ms) => (ms * 1000 / jobs).toFixed(2)).join(", ")})` +
     (bytes.length ? `; allocated: ${Math.round(median(bytes))} bytes/job` : ""),
 );
+if (sampling) {
+  const perJob = (size: number) => (size / (jobs * rounds)).toFixed(1).padStart(7);
+  const functions = await stopAllocationSampling();
+  const total = functions.reduce((sum, [, size]) => sum + size, 0);
+  console.log(`allocations sampled: ${perJob(total).trim()} bytes/job; by function (self):`);
+  for (const [key, size] of functions.slice(0, 30)) console.log(`  ${perJob(size)} B/job  ${key}`);
+}
 if (profile) {
   const dir = repoPath(".tmp", "profiles");
   mkdirSync(dir, { recursive: true });

@@ -16,6 +16,23 @@ interface Gate {
   release(): void;
 }
 
+/**
+ * A simulated clock whose time can also jump without firing any timer: what a process stopped
+ * (SIGSTOP) and resumed, or an event loop blocked, sees.
+ */
+class FreezableClock extends SimulatedClock {
+  #frozen = 0;
+
+  override now(): number {
+    return super.now() + this.#frozen;
+  }
+
+  /** `ms` pass while nothing runs. */
+  freeze(ms: number): void {
+    this.#frozen += ms;
+  }
+}
+
 /** A worker whose handler completes only when the test releases it. */
 function gatedWorker(
   options: {
@@ -25,7 +42,7 @@ function gatedWorker(
     silenceIntervals?: number;
   } = {},
 ) {
-  const clock = new SimulatedClock();
+  const clock = new FreezableClock();
   const started: Delivery<string>[] = [];
   const gates: Gate[] = [];
   const worker = new WorkerEndpoint<string>({
@@ -464,5 +481,49 @@ describe("worker endpoint sub-flow", () => {
     assert.equal(controller.ofType("register").length, registrations + 1, "binds afresh");
     await releaseNext();
     assert.deepEqual(started.map((d) => d.messageId), ["j1"]);
+  });
+});
+
+describe("worker endpoint after a freeze (rule 7)", () => {
+  test("a jobs frame read after the process was stopped starts nothing until a new registration is answered", async () => {
+    const { clock, controller, started, releaseNext } = gatedWorker({ window: 6 });
+    controller.registered("s1", "b1", 1);
+    const firstNonce = controller.registration.nonce;
+    clock.freeze(10_000); // stopped past the controller's silence bound, resumed
+    controller.jobs(1, ["j1", "j2"]);
+    await quiesce();
+    assert.equal(started.length, 0, "no job started on a binding that may have ended");
+    assert.notEqual(controller.registration.nonce, firstNonce, "registered again");
+    controller.registered("s1", "b1", 1); // the binding survived
+    await quiesce();
+    assert.deepEqual(started.map((d) => d.messageId), ["j1"]);
+    await releaseNext();
+    assert.deepEqual(started.map((d) => d.messageId), ["j1", "j2"]);
+  });
+
+  test("a job finishing after a freeze is confirmed, and the buffered ones wait for the answer; a new session drops them", async () => {
+    const { clock, controller, started, releaseNext } = gatedWorker({ window: 6 });
+    controller.registered("s1", "b1", 1);
+    controller.jobs(1, ["j1", "j2", "j3"]);
+    await quiesce();
+    assert.deepEqual(started.map((d) => d.messageId), ["j1"]);
+    const registrations = controller.ofType("register").length;
+    clock.freeze(10_000); // j1's handler ran through a long stop
+    await releaseNext();
+    assert.deepEqual(started.map((d) => d.messageId), ["j1"], "j2 waits");
+    assert.equal(controller.ofType("register").length, registrations + 1);
+    controller.registered("s2", "b7", 1); // the controller restarted meanwhile
+    await quiesce();
+    assert.deepEqual(started.map((d) => d.messageId), ["j1"], "the old session's jobs are dropped");
+  });
+
+  test("an endpoint whose event loop keeps running (its ticks go on) never counts as frozen", async () => {
+    const { clock, controller, started, releaseNext } = gatedWorker({ window: 6 });
+    controller.registered("s1", "b1", 1);
+    controller.jobs(1, ["j1", "j2"]);
+    await quiesce();
+    await clock.advanceAsync(60_000); // j1 runs for a minute; ticks go on
+    await releaseNext();
+    assert.deepEqual(started.map((d) => d.messageId), ["j1", "j2"], "j2 starts at once");
   });
 });

@@ -26,7 +26,15 @@
  *    with open demand and no job came for the whole interval, a `request` with `resend` (so a
  *    lost jobs frame cannot stall it: the controller sends again whatever it has not seen
  *    confirmed).
- * 7. **Closing drains**: no new job starts, buffered jobs are handed back at once (`release`, when
+ * 7. **A frozen worker asks before it starts anything more.** When more than twice the resend
+ *    interval (at least the interval plus half a second) passed since the endpoint last ticked,
+ *    read or sent a frame, or saw a handler settle — the process was stopped, its machine slept —
+ *    the controller may have ended the binding meanwhile and given its jobs to others, and a jobs
+ *    frame it sent before that may still be waiting in the socket. So the binding stops being live
+ *    and the endpoint registers again on the same link: the answer either keeps the binding (it
+ *    goes on) or names a new one (the buffer is dropped). Nothing buffered starts in between. (A
+ *    synchronous handler that blocks the event loop is noticed at the next frame sent or read.)
+ * 8. **Closing drains**: no new job starts, buffered jobs are handed back at once (`release`, when
  *    the controller supports it), the running handler may finish (up to `drainTimeout`) and is
  *    confirmed, then the link closes. Finished work is never handed back.
  *
@@ -386,6 +394,8 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   #sawJobs = false;
   #sentSinceTick = false;
   #quietTicks = 0;
+  /** When the endpoint last sent, received, ticked or started a job (see `#noticeFreeze`). */
+  #activeAt = Number.NaN;
   #lastGapRequest = Number.NEGATIVE_INFINITY;
   #tick: TimerHandle | undefined;
   #retry: TimerHandle | undefined;
@@ -476,6 +486,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     this.#live = false;
     this.#sentConfirmed = -1;
     this.#quietTicks = 0;
+    this.#activeAt = this.#clock.now();
     this.#register();
     this.#scheduleTick();
     return {
@@ -575,6 +586,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
 
   #send(frame: WorkerFrame): void {
     if (!this.#link) return;
+    this.#noticeFreeze();
     this.#sentSinceTick = true;
     if (frame.type !== "register" && frame.type !== "progress") {
       this.#sentConfirmed = "confirmed" in frame ? frame.confirmed : frame.seq;
@@ -638,6 +650,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
 
   #onTick(): void {
     if (!this.#link) return;
+    const reregistered = this.#noticeFreeze();
     if (this.#sawTraffic) this.#quietTicks = 0;
     else this.#quietTicks += 1;
     if (this.#silenceIntervals !== undefined && this.#quietTicks >= this.#silenceIntervals) {
@@ -646,7 +659,9 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       link.close(CloseCode.silent, "no controller traffic within the silence bound");
       return;
     }
-    if (!this.#session || !this.#sawTraffic) this.#register();
+    if (reregistered) {
+      // Frozen: registered again already.
+    } else if (!this.#session || !this.#sawTraffic) this.#register();
     else if (this.#gapOpen()) this.#request(true);
     else if (!this.#sentSinceTick) {
       // The heartbeat. When idle with open demand and no job for an interval, it asks for a
@@ -659,6 +674,25 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     this.#sentSinceTick = false;
   }
 
+  /**
+   * Rule 7: the endpoint's first act after a freeze — a tick, a frame read, a frame sent, an
+   * asynchronous handler settling — finds the gap since its previous one and stops the binding
+   * from being live until a new registration is answered. An idle endpoint still ticks every
+   * resend interval, so a gap over twice that means the event loop did not run. (Not checked
+   * per job: a synchronous handler that blocks the loop is noticed at the next frame sent or read,
+   * which keeps a clock reading off the per-job path.)
+   */
+  #noticeFreeze(): boolean {
+    const now = this.#clock.now();
+    const gap = now - this.#activeAt;
+    this.#activeAt = now;
+    const bound = Math.max(2 * this.#resendInterval, this.#resendInterval + 500);
+    if (!(gap > bound) || !this.#live || !this.#link) return false;
+    this.#live = false;
+    this.#register();
+    return true;
+  }
+
   /** Open demand, nothing buffered or running, and no job for a whole interval. */
   #stalled(): boolean {
     return this.#live && !this.#draining && !this.#sawJobs && !this.#inFlight &&
@@ -666,6 +700,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   }
 
   #onFrame(data: unknown): void {
+    this.#noticeFreeze();
     const decoded = decodeControllerFrame(data);
     if (!decoded.ok) {
       // The controller is not speaking our protocol: drop the link; a reconnecting transport
@@ -856,9 +891,16 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       return;
     }
     if (thenable) {
+      // It settles in a later turn, perhaps after a freeze: noticed before anything else.
       new Promise((resolve) => resolve(result)).then(
-        (value) => this.#onResolved(job, value),
-        (error) => this.#onRejected(job, attempt, error),
+        (value) => {
+          this.#noticeFreeze();
+          this.#onResolved(job, value);
+        },
+        (error) => {
+          this.#noticeFreeze();
+          this.#onRejected(job, attempt, error);
+        },
       );
       return;
     }

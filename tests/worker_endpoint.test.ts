@@ -501,7 +501,7 @@ describe("worker endpoint after a freeze (rule 7)", () => {
     assert.deepEqual(started.map((d) => d.messageId), ["j1", "j2"]);
   });
 
-  test("a job finishing after a freeze is confirmed, and the buffered ones wait for the answer; a new session drops them", async () => {
+  test("after a job finishes through a freeze, the buffered ones wait for a new registration; a new session drops them", async () => {
     const { clock, controller, started, releaseNext } = gatedWorker({ window: 6 });
     controller.registered("s1", "b1", 1);
     controller.jobs(1, ["j1", "j2", "j3"]);

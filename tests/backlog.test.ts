@@ -70,6 +70,26 @@ describe("backlog", () => {
     await s.close();
   });
 
+  test("a job added while the workers are busy overtakes lower priorities not yet running", async () => {
+    const s = new JobSystem();
+    await s.queue.start();
+    await s.queue.addMany([1, 2, 3, 4].map((n) => ({ payload: n, messageId: `low-${n}` })));
+    const gates: (() => void)[] = [];
+    s.worker("w1", () => new Promise<void>((resolve) => gates.push(resolve)), 1);
+    await s.until(() => s.runs.length === 1, "low-1 running");
+    // The queue took only what the worker could run: the rest wait in the store, where a later
+    // job's priority still counts (a controller lookahead would have taken them already).
+    assert.equal(s.queue.controller.stats().pending, 0);
+    await s.queue.add(0, { messageId: "high", priority: 5 });
+    while (s.runs.length < 5) {
+      gates.shift()?.();
+      await s.run(1);
+    }
+    assert.deepEqual(s.ran(), ["low-1", "high", "low-2", "low-3", "low-4"]);
+    gates.shift()?.();
+    await s.close();
+  });
+
   test("delayed jobs run at their due time, never before, and join their priority when due", async () => {
     const s = new JobSystem();
     await s.queue.start();

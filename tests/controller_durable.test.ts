@@ -354,3 +354,118 @@ describe("durable lane", () => {
     await s.controller.close();
   });
 });
+
+describe("lookahead", () => {
+  /** A controller on `queue` with one worker (window 2) whose jobs run until released. */
+  async function busySystem(queue: MemoryWorkQueue, lookahead?: number) {
+    const clock = new SimulatedClock();
+    const producer = new BufferedProducer<number>();
+    const controller = new WorkPullingController({
+      name: "jobs",
+      producer,
+      clock,
+      queue,
+      lookahead,
+    });
+    await controller.start();
+    const running: string[] = [];
+    const gates: (() => void)[] = [];
+    const connect = () => {
+      const worker = new WorkerEndpoint<number>({
+        producer: "jobs",
+        name: "w",
+        clock,
+        window: 2,
+        handler: (d) =>
+          new Promise<void>((resolve) => {
+            running.push(d.messageId);
+            gates.push(resolve);
+          }),
+      });
+      connectInProcess(controller, worker);
+      return worker;
+    };
+    /** Close `worker`, letting the jobs it holds finish. */
+    const release = async (worker: WorkerEndpoint<number>) => {
+      let closed = false;
+      const closing = worker.close().then(() => (closed = true));
+      while (!closed) {
+        while (gates.length > 0) gates.shift()!();
+        await quiesce();
+      }
+      await closing;
+    };
+    return { clock, producer, controller, running, gates, connect, release };
+  }
+
+  test("with a queue, the pool takes up to maxBatch jobs beyond the workers' demand, none without a worker", async () => {
+    const queue = new MemoryWorkQueue();
+    const s = await busySystem(queue);
+    const receipts = Array.from({ length: 2_000 }, (_, n) => s.producer.submit(n));
+    await quiesce();
+    assert.equal(s.controller.stats().totals.accepted, 0, "no worker: the producer keeps its jobs");
+    const worker = s.connect();
+    for (let i = 0; i < 20; i++) await quiesce();
+    assert.equal(s.running.length, 1, "the worker runs one job and holds its window of 2");
+    assert.equal(
+      s.controller.stats().pending,
+      1_000,
+      "the default lookahead (maxBatch) waits in the pool",
+    );
+    assert.equal(s.controller.stats().totals.accepted, 1_002);
+    assert.equal(s.producer.buffered, 998);
+    await s.release(worker);
+    const { accepted, confirmed } = s.controller.stats().totals;
+    await s.controller.close();
+    // Taken-ahead jobs are durable: the next controller reloads them as accepted, unconfirmed work.
+    const reloaded = await queue.load();
+    assert.ok(accepted - confirmed >= 1_000);
+    assert.equal(reloaded.state.unconfirmed.length, accepted - confirmed);
+    void Promise.allSettled(receipts);
+  });
+
+  test("the pool refills as the workers take from it, and every job runs once", async () => {
+    const s = await busySystem(new MemoryWorkQueue(), 5);
+    const receipts = Array.from(
+      { length: 40 },
+      (_, n) => s.producer.submit(n, { messageId: `j${n}` }),
+    );
+    const worker = s.connect();
+    for (let i = 0; i < 20; i++) await quiesce();
+    assert.equal(s.controller.stats().pending, 5);
+    while (s.running.length < 40) {
+      s.gates.shift()?.();
+      for (let i = 0; i < 5; i++) await quiesce();
+      assert.ok(s.controller.stats().pending <= 5, "never more than the lookahead waits");
+    }
+    await s.release(worker);
+    await Promise.all(receipts);
+    assert.deepEqual(s.running, Array.from({ length: 40 }, (_, n) => `j${n}`));
+    await s.controller.close();
+  });
+
+  test("lookahead 0 keeps the reference credit: nothing waits in the pool while workers are busy", async () => {
+    const s = await busySystem(new MemoryWorkQueue(), 0);
+    const receipts = Array.from({ length: 10 }, (_, n) => s.producer.submit(n));
+    const worker = s.connect();
+    for (let i = 0; i < 20; i++) await quiesce();
+    assert.equal(s.running.length, 1);
+    assert.equal(s.controller.stats().pending, 0);
+    assert.equal(s.controller.stats().totals.accepted, 2);
+    await s.release(worker);
+    await s.controller.close();
+    void Promise.allSettled(receipts);
+  });
+
+  test("without a queue the default is 0", async () => {
+    const clock = new SimulatedClock();
+    const producer = new ManualProducer();
+    const controller = new WorkPullingController({ name: "jobs", producer, clock });
+    await controller.start();
+    const a = new ScriptedWorker(controller, "a");
+    a.register();
+    a.request(0, 2);
+    assert.equal(producer.lastRequest.maxJobs, 2, "the grant is the free demand");
+    await controller.close();
+  });
+});

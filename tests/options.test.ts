@@ -36,6 +36,11 @@ describe("options are validated at construction, naming the option and its range
       /option "maxBatch" must be an integer in 1\.\.10000/,
     ],
     [
+      "a negative lookahead",
+      { lookahead: -1 },
+      /option "lookahead" must be an integer in 0\.\.1000000, got -1/,
+    ],
+    [
       "a silenceIntervals of 1",
       { silenceIntervals: 1 },
       /option "silenceIntervals" must be an integer in 2\.\.1000/,

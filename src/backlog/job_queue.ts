@@ -45,7 +45,7 @@ export interface JobQueueOptions {
   /** Options passed to the controller (timing, windows, limits). */
   readonly controller?: Omit<
     WorkPullingControllerOptions,
-    "name" | "producer" | "queue" | "outcomes" | "lostLimit"
+    "name" | "producer" | "queue" | "outcomes" | "lostLimit" | "lookahead"
   >;
   /** Where contained failures are reported. Default: the controller's `logger`, else `console.error`. */
   readonly logger?: Logger;
@@ -194,6 +194,9 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
       queue: store,
       outcomes: true,
       lostLimit: store.settings.defaults.lostLimit,
+      // Jobs stay in the store until a worker can take them: priorities, delays and
+      // cancellations then apply to every job not yet running, and instances share fairly.
+      lookahead: 0,
     });
     store.listen({
       ready: () => this.#producer.ready(),

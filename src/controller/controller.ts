@@ -10,8 +10,9 @@
  * 2. **Workers pull.** A worker's `request` grants demand up to a sequence and confirms
  *    cumulatively; `ack` only confirms. Out-of-range numbers end that binding only.
  * 3. **The producer is asked for work only when workers can take it.** When the handshake is
- *    idle and the free worker demand exceeds the pending pool, the producer gets a `RequestNext`
- *    for up to that many jobs: Produced → Store → Stored → StoredAck → Accept → the pool.
+ *    idle and the free worker demand (plus the `lookahead`, while a worker is connected)
+ *    exceeds the pending pool, the producer gets a `RequestNext` for up to that many jobs:
+ *    Produced → Store → Stored → StoredAck → Accept → the pool.
  * 4. **Dispatch** hands the pool's head, one job at a time, to bindings with free demand in
  *    strict round-robin; each job gets the next sequence of its binding.
  * 5. **Confirmation** cuts a binding's unconfirmed prefix; each job may be reported to the
@@ -1212,15 +1213,20 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
 
   #openCredit(): void {
     if (this.#handshake.phase !== "idle") return;
-    let free = 0;
+    let room = 0;
+    let connected = false;
     for (const binding of this.#rotation.members) {
-      if (this.#linkOf.has(binding)) free += binding.freeDemand;
+      if (!this.#linkOf.has(binding)) continue;
+      connected = true;
+      room += binding.freeDemand;
     }
-    if (free <= this.#pending.length) return;
+    // Lookahead jobs wait in the pool for the next request; with no worker, the producer keeps them.
+    if (connected) room += this.#options.lookahead;
+    if (room <= this.#pending.length) return;
     const request: RequestNext = {
       session: this.#session,
       token: `t${++this.#tokenCounter}`,
-      maxJobs: Math.min(free - this.#pending.length, this.#options.maxBatch),
+      maxJobs: Math.min(room - this.#pending.length, this.#options.maxBatch),
     };
     this.#handshake = { phase: "credit", request };
     this.#tellProducer((p) => p.onRequestNext(request));

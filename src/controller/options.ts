@@ -36,6 +36,15 @@ export interface WorkPullingControllerOptions {
   readonly queueTimeout?: number;
   /** Most jobs one `Produced` may carry (the cap on a grant). Default 1000 (1..10,000). */
   readonly maxBatch?: number;
+  /**
+   * How many jobs beyond the workers' free demand the controller may take from the producer
+   * while a worker is connected. They wait in the pool, ready for the next request, so workers
+   * do not wait for a durable queue's store and accept. With none connected the producer keeps
+   * its jobs. Default: `maxBatch` with a `queue`, 0 without a queue or with `outcomes`
+   * (0..1,000,000). A job store (`JobQueue`) keeps its backlog instead, so that a job added
+   * later with a higher priority is not queued behind jobs already taken.
+   */
+  readonly lookahead?: number;
   /** Largest payload, as UTF-8 bytes of its JSON text. Default 1 MiB (or the queue's maximum). */
   readonly maxPayloadBytes?: number;
   /** End a binding after this many of the worker's resend intervals without a frame. Default 4. */
@@ -98,6 +107,7 @@ export interface ResolvedControllerOptions {
   readonly queueRetryBackoff: number;
   readonly queueTimeout: number;
   readonly maxBatch: number;
+  readonly lookahead: number;
   readonly maxPayloadBytes: number;
   readonly silenceIntervals: number;
   readonly reconnectGrace: number;
@@ -152,6 +162,7 @@ export function resolveControllerOptions(
       `Cannot create ${OWNER}: option "outcomes" needs a "queue" (a job store) to apply them`,
     );
   }
+  const maxBatch = integerOption(OWNER, "maxBatch", options.maxBatch, 1000, 1, 10_000);
   const queueMax = queue?.maxPayloadBytes ?? Number.MAX_SAFE_INTEGER;
   const clock = options.clock ?? systemClock;
   if (typeof clock.now !== "function" || typeof clock.setTimeout !== "function") {
@@ -185,7 +196,15 @@ export function resolveControllerOptions(
       HOUR,
     ),
     queueTimeout: durationOption(OWNER, "queueTimeout", options.queueTimeout, 5000, 1, HOUR),
-    maxBatch: integerOption(OWNER, "maxBatch", options.maxBatch, 1000, 1, 10_000),
+    maxBatch,
+    lookahead: integerOption(
+      OWNER,
+      "lookahead",
+      options.lookahead,
+      queue && !outcomes ? maxBatch : 0,
+      0,
+      1_000_000,
+    ),
     maxPayloadBytes: integerOption(
       OWNER,
       "maxPayloadBytes",

@@ -525,9 +525,9 @@ function details(results: Results): string[] {
           n0(d.jobs.rawSingle)
         } jobs one per commit, ${
           n0(d.jobs.rawBatch)
-        } jobs 100 per commit. ${d.rounds} alternating rounds.` +
+        } jobs 100 per commit. ${d.rounds} alternating rounds. A workpull run ends when the queue has written its last confirmation, as a raw run ends with its last commit.` +
           (d.remote
-            ? ` The same system with a remote producer: another ${d.runtime} process posts the jobs to \`POST /jobs\` with a client token, ${d.remoteProducer.batch} jobs per request, ${d.remoteProducer.concurrency} requests in flight, each answered 2xx; timed from its first request to the last confirmation. ` +
+            ? ` The same system with a remote producer: another ${d.runtime} process posts the jobs to \`POST /jobs\` with a client token, ${d.remoteProducer.batch} jobs per request, ${d.remoteProducer.concurrency} requests in flight, each answered 2xx; timed from its first request until the queue has written the last confirmation. ` +
               `Per round, in-process / raw 100 per commit: ${
                 d.ratios.endToEnd.map((v) => v.toFixed(2)).join(", ")
               }; POST /jobs / raw 100 per commit: ${

@@ -136,14 +136,17 @@ export class WorkpullSetup implements Setup {
     );
   }
 
-  /** Submit `jobs` jobs at once; jobs/s from the first submission to the last confirmation. */
-  async run(jobs: number): Promise<number> {
+  /**
+   * Submit `jobs` jobs at once; jobs/s from the first submission to the last confirmation (or,
+   * with `done`, until it holds: a durable run waits for its last confirmation to be written).
+   */
+  async run(jobs: number, done?: () => boolean): Promise<number> {
     const base = this.controller.stats().totals.confirmed;
     const target = base + jobs;
     const started = now();
     for (let n = 0; n < jobs; n++) this.producer.submit({ n }).catch(() => {});
     await until(
-      () => this.controller.stats().totals.confirmed >= target,
+      done ?? (() => this.controller.stats().totals.confirmed >= target),
       `${jobs} confirmations`,
       120_000,
     );

@@ -2,9 +2,10 @@
  * The durable lane: every write to the {@linkcode DurableWorkQueue} goes through it, one backend
  * transaction at a time.
  *
- * A transaction (a "unit") carries the in-flight handshake's Store or Accept (the handshake
- * takes precedence) together with as many queued confirmations as fit the queue's batch limits:
- * group commit. A Store or Accept larger than one unit is split across consecutive units; each
+ * A transaction (a "unit") carries the in-flight handshake's Store or Accept together with as
+ * many queued confirmations as fit the queue's batch limits: group commit. The handshake comes
+ * first, but waiting confirmations keep up to half of a unit's operations, so a producer that
+ * always has work cannot starve them. A Store or Accept larger than one unit is split across consecutive units; each
  * is atomic on its own, and a crash between them is healed by first-write-wins when the producer
  * resubmits. Queues without `commit` get the same units applied one operation at a time.
  *
@@ -166,19 +167,25 @@ export class DurableLane {
       outcomes?: Map<string, JobOutcome>;
     } = { epoch: this.epoch, confirm: [] };
     const work = this.#handshake;
+    // Waiting confirmations keep up to half of the unit's operations from the handshake: a
+    // producer that always has work (a lookahead keeps one) must not starve them, or finished
+    // jobs pile up unwritten and run again after a crash.
+    const reserved = Math.min(this.#confirms.length, Math.floor(budget.operations / 2));
+    const takeForHandshake = (bytes: number, first: boolean) =>
+      (first || budget.operations > reserved) && take(bytes, first);
     if (work?.kind === "store") {
       const jobs: BatchStoreJob[] = [];
       for (let i = work.next; i < work.jobs.length; i++) {
         const job = work.jobs[i];
         const bytes = counted ? utf8Length(job.messageId) + utf8Length(job.payload) : 0;
-        if (!take(bytes, jobs.length === 0)) break;
+        if (!takeForHandshake(bytes, jobs.length === 0)) break;
         jobs.push(job);
       }
       unit.store = { firstSeq: work.cursor + 1, jobs };
     } else if (work?.kind === "accept") {
       const ids: string[] = [];
       for (let i = work.next; i < work.ids.length; i++) {
-        if (!take(counted ? utf8Length(work.ids[i]) : 0, ids.length === 0)) break;
+        if (!takeForHandshake(counted ? utf8Length(work.ids[i]) : 0, ids.length === 0)) break;
         ids.push(work.ids[i]);
       }
       unit.accept = ids;

@@ -357,21 +357,24 @@ describe("durable lane", () => {
 
 describe("lookahead", () => {
   /** A controller on `queue` with one worker (window 2) whose jobs run until released. */
-  async function busySystem(queue: MemoryWorkQueue, lookahead?: number) {
+  async function busySystem(
+    queue: MemoryWorkQueue,
+    options: Partial<WorkPullingControllerOptions> = {},
+  ) {
     const clock = new SimulatedClock();
-    const producer = new BufferedProducer<number>();
+    const producer = new BufferedProducer<unknown>();
     const controller = new WorkPullingController({
       name: "jobs",
       producer,
       clock,
       queue,
-      lookahead,
+      ...options,
     });
     await controller.start();
     const running: string[] = [];
     const gates: (() => void)[] = [];
     const connect = () => {
-      const worker = new WorkerEndpoint<number>({
+      const worker = new WorkerEndpoint<unknown>({
         producer: "jobs",
         name: "w",
         clock,
@@ -386,7 +389,7 @@ describe("lookahead", () => {
       return worker;
     };
     /** Close `worker`, letting the jobs it holds finish. */
-    const release = async (worker: WorkerEndpoint<number>) => {
+    const release = async (worker: WorkerEndpoint<unknown>) => {
       let closed = false;
       const closing = worker.close().then(() => (closed = true));
       while (!closed) {
@@ -425,7 +428,7 @@ describe("lookahead", () => {
   });
 
   test("the pool refills as the workers take from it, and every job runs once", async () => {
-    const s = await busySystem(new MemoryWorkQueue(), 5);
+    const s = await busySystem(new MemoryWorkQueue(), { lookahead: 5 });
     const receipts = Array.from(
       { length: 40 },
       (_, n) => s.producer.submit(n, { messageId: `j${n}` }),
@@ -445,13 +448,27 @@ describe("lookahead", () => {
   });
 
   test("lookahead 0 keeps the reference credit: nothing waits in the pool while workers are busy", async () => {
-    const s = await busySystem(new MemoryWorkQueue(), 0);
+    const s = await busySystem(new MemoryWorkQueue(), { lookahead: 0 });
     const receipts = Array.from({ length: 10 }, (_, n) => s.producer.submit(n));
     const worker = s.connect();
     for (let i = 0; i < 20; i++) await quiesce();
     assert.equal(s.running.length, 1);
     assert.equal(s.controller.stats().pending, 0);
     assert.equal(s.controller.stats().totals.accepted, 2);
+    await s.release(worker);
+    await s.controller.close();
+    void Promise.allSettled(receipts);
+  });
+
+  test("large jobs are taken ahead only up to lookaheadBytes of payloads", async () => {
+    const s = await busySystem(new MemoryWorkQueue(), { lookaheadBytes: 10_000 });
+    const payload = "x".repeat(998); // 1,000 characters of JSON text
+    const receipts = Array.from({ length: 100 }, () => s.producer.submit(payload));
+    const worker = s.connect();
+    for (let i = 0; i < 20; i++) await quiesce();
+    assert.equal(s.running.length, 1);
+    assert.equal(s.controller.stats().pending, 10, "10,000 characters of payloads wait");
+    assert.equal(s.controller.stats().totals.accepted, 12);
     await s.release(worker);
     await s.controller.close();
     void Promise.allSettled(receipts);

@@ -41,6 +41,11 @@ describe("options are validated at construction, naming the option and its range
       /option "lookahead" must be an integer in 0\.\.1000000, got -1/,
     ],
     [
+      "a lookaheadBytes below 1 KiB",
+      { lookaheadBytes: 100 },
+      /option "lookaheadBytes" must be an integer in 1024\.\.1073741824, got 100/,
+    ],
+    [
       "a silenceIntervals of 1",
       { silenceIntervals: 1 },
       /option "silenceIntervals" must be an integer in 2\.\.1000/,

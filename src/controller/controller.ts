@@ -33,6 +33,7 @@
 
 import type { TimerHandle } from "../core/clock.ts";
 import { Deque } from "../core/deque.ts";
+import { JobPool } from "./job_pool.ts";
 import { hashId, hasRepeats, IdTable } from "../core/id_table.ts";
 import { RecentMap } from "../core/recent_map.ts";
 import { JsonText } from "../protocol/json_text.ts";
@@ -280,7 +281,9 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   #tick: TimerHandle | undefined;
 
   // The pool and the bindings.
-  readonly #pending = new Deque<Job>();
+  readonly #pending = new JobPool();
+  /** Mean payload characters of the latest accepted batch: what a job taken ahead may weigh. */
+  #batchPayloadChars = 0;
   /** Every job in the pool or unconfirmed at a binding, by MessageID. */
   readonly #owned = new IdTable<Job>();
   readonly #bindings = new Map<string, Binding>();
@@ -473,7 +476,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
           this.#cancelRequests.set(messageId, true);
           return resolve("unknown");
         }
-        if (this.#pending.remove((held) => held === job)) {
+        if (this.#pending.remove(job)) {
           this.#owned.delete(messageId);
           this.#lane!.confirmWith(messageId, CANCELLED);
           this.#pumpLane();
@@ -1221,7 +1224,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
       room += binding.freeDemand;
     }
     // Lookahead jobs wait in the pool for the next request; with no worker, the producer keeps them.
-    if (connected) room += this.#options.lookahead;
+    if (connected) room += this.#lookaheadJobs();
     if (room <= this.#pending.length) return;
     const request: RequestNext = {
       session: this.#session,
@@ -1230,6 +1233,17 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     };
     this.#handshake = { phase: "credit", request };
     this.#tellProducer((p) => p.onRequestNext(request));
+  }
+
+  /**
+   * How many jobs to take beyond the workers' demand: the lookahead, fewer as the pool's payloads
+   * near `lookaheadBytes`, none before an accepted batch has shown how large jobs are.
+   */
+  #lookaheadJobs(): number {
+    const { lookahead, lookaheadBytes } = this.#options;
+    const spare = lookaheadBytes - this.#pending.chars;
+    if (lookahead === 0 || spare <= 0 || this.#batchPayloadChars === 0) return 0;
+    return Math.min(lookahead, Math.ceil(spare / this.#batchPayloadChars));
   }
 
   // ------------------------------------------------------------------------------------------
@@ -1425,7 +1439,9 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     // and nothing else enters `#owned` while a handshake runs (only its own accept does): a
     // resubmission is never dispatched twice.
     const cancels = this.#options.outcomes && this.#cancelRequests.size > 0;
+    let chars = 0;
     for (const job of handshake.accept) {
+      chars += job.payload.length;
       if (cancels && this.#cancelRequests.has(job.messageId, job.hash)) {
         this.#cancelRequests.delete(job.messageId, job.hash);
         this.#lane!.confirmWith(job.messageId, CANCELLED);
@@ -1435,6 +1451,9 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
       this.#owned.set(job.messageId, job, job.hash);
       this.#pending.pushBack(job);
       this.#totals.accepted += 1;
+    }
+    if (handshake.accept.length > 0) {
+      this.#batchPayloadChars = Math.max(1, chars / handshake.accept.length);
     }
     this.#lastCompleted = { token: handshake.token, ids: handshake.ids };
     this.#handshake = IDLE;

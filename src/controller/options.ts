@@ -45,6 +45,12 @@ export interface WorkPullingControllerOptions {
    * later with a higher priority is not queued behind jobs already taken.
    */
   readonly lookahead?: number;
+  /**
+   * The lookahead shrinks as the payloads waiting in the pool near this size (characters of
+   * JSON text), judged by the size of the latest accepted batch's jobs, so large jobs are not
+   * taken a thousand at a time. Default 4 MiB (1 KiB..1 GiB).
+   */
+  readonly lookaheadBytes?: number;
   /** Largest payload, as UTF-8 bytes of its JSON text. Default 1 MiB (or the queue's maximum). */
   readonly maxPayloadBytes?: number;
   /** End a binding after this many of the worker's resend intervals without a frame. Default 4. */
@@ -108,6 +114,7 @@ export interface ResolvedControllerOptions {
   readonly queueTimeout: number;
   readonly maxBatch: number;
   readonly lookahead: number;
+  readonly lookaheadBytes: number;
   readonly maxPayloadBytes: number;
   readonly silenceIntervals: number;
   readonly reconnectGrace: number;
@@ -204,6 +211,14 @@ export function resolveControllerOptions(
       queue && !outcomes ? maxBatch : 0,
       0,
       1_000_000,
+    ),
+    lookaheadBytes: integerOption(
+      OWNER,
+      "lookaheadBytes",
+      options.lookaheadBytes,
+      4 * 1024 * 1024,
+      1024,
+      1024 * 1024 * 1024,
     ),
     maxPayloadBytes: integerOption(
       OWNER,

@@ -64,8 +64,9 @@ import {
 
 /**
  * A runtime's WebSocket upgrade: `denoUpgrader()` / `bunUpgrader()`, or `upgradeWebSocket` from
- * `hono/bun` (or `hono/deno`, which refuses clients writing `workpull.v1,<token>`). Typed as any function so that Hono's own types stay out
- * of workpull's public API; {@linkcode createWorkpullApp} checks it is a function.
+ * `hono/bun` (or `hono/deno`, which refuses clients writing `workpull.v1,<token>`). Typed as any
+ * function so that Hono's own types stay out of workpull's public API;
+ * {@linkcode createWorkpullApp} checks it is a function.
  */
 export type WebSocketUpgrader = (...args: never[]) => unknown;
 

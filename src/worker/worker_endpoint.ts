@@ -394,7 +394,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   #sawJobs = false;
   #sentSinceTick = false;
   #quietTicks = 0;
-  /** When the endpoint last sent, received, ticked or started a job (see `#noticeFreeze`). */
+  /** When the endpoint last sent or read a frame, ticked, or saw a handler settle. */
   #activeAt = Number.NaN;
   #lastGapRequest = Number.NEGATIVE_INFINITY;
   #tick: TimerHandle | undefined;

@@ -11,6 +11,7 @@ import {
   type KvLike,
 } from "../src/queue/deno_kv/queue.ts";
 import { encodedKeySize, KvQueueLayout } from "../src/queue/deno_kv/layout.ts";
+import { encodeJobText } from "../src/queue/deno_kv/codec.ts";
 import {
   isTerminalQueueError,
   QueueConflictError,
@@ -152,6 +153,14 @@ async function withKv(body: (kv: Deno.Kv) => Promise<void> | void): Promise<void
   } finally {
     kv.close();
   }
+}
+
+/** An acceptance or flags key: what a job's state costs beyond its own key. */
+const isMark = (key: string) => /^workpull\/(accepted|flags)\//.test(key);
+
+/** The text of a value (npm `@deno/kv` reads bytes back as a Buffer). */
+async function textAt(kv: Deno.Kv, key: KvKey): Promise<string> {
+  return new TextDecoder().decode((await kv.get(key)).value as Uint8Array);
 }
 
 async function keysUnder(kv: Deno.Kv, prefix: KvKey): Promise<string[]> {
@@ -346,6 +355,102 @@ describe(`DenoKvWorkQueue (${CLIENT})`, () => {
     }
   });
 
+  test("accepts each run of consecutive jobs with one record, deleted with the run's last job", async () => {
+    await withKv(async (kv) => {
+      const queue = new DenoKvWorkQueue(kv);
+      const { epoch } = await queue.load();
+      const ids = ["a", "b", "c", "d", "e"];
+      const jobs = ids.map((id) => ({ messageId: id, payload: payload(id) }));
+      await queue.commit(epoch, { store: { firstSeq: 1, jobs } });
+      await queue.commit(epoch, { accept: ["c", "a", "b", "e"] });
+      const marks = () => keysUnder(kv, ["workpull"]).then((keys) => keys.filter(isMark));
+      assert.deepEqual(await marks(), ["workpull/accepted/1", "workpull/accepted/5"]);
+      assert.equal(await textAt(kv, ["workpull", "accepted", 1]), '{"last":3}');
+      const reloaded = await new DenoKvWorkQueue(kv).load();
+      assert.deepEqual(reloaded.state.unconfirmed.map((m) => m.messageId), ["a", "b", "c", "e"]);
+      const queue2 = new DenoKvWorkQueue(kv);
+      const { epoch: epoch2 } = await queue2.load();
+      await queue2.confirmMessage(epoch2, "d"); // confirmed before accepted: a flags record
+      assert.deepEqual(await marks(), [
+        "workpull/accepted/1",
+        "workpull/accepted/5",
+        "workpull/flags/4",
+      ]);
+      await queue2.commit(epoch2, { accept: ["d"], confirm: ["a", "b"] });
+      assert.deepEqual(await marks(), ["workpull/accepted/1", "workpull/accepted/5"]);
+      await queue2.commit(epoch2, { confirm: ["c", "e"] });
+      assert.deepEqual(await keysUnder(kv, ["workpull"]), [
+        ...["1", "2", "3", "4", "5"].map((slot) => `workpull/done/${slot}`),
+        "workpull/epoch",
+        "workpull/meta",
+      ]);
+      assert.equal(await textAt(kv, ["workpull", "meta"]), '{"version":2,"currentSeq":5}');
+    });
+  });
+
+  test("reads a store of format version 1 and carries on in version 2", async () => {
+    await withKv(async (kv) => {
+      // What workpull wrote before accepted runs: a flags record for each accepted job.
+      const job = (id: string) => encodeJobText(id, id.length, payload(id), payload(id).length);
+      await kv.atomic()
+        .set(["workpull", "epoch"], bytes('{"epoch":1}'))
+        .set(["workpull", "meta"], bytes('{"version":1,"currentSeq":3}'))
+        .set(["workpull", "job", 1], job("old-accepted").record)
+        .set(["workpull", "flags", 1], bytes('{"accepted":true,"confirmed":false}'))
+        .set(["workpull", "job", 2], job("old-confirmed").record)
+        .set(["workpull", "flags", 2], bytes('{"accepted":false,"confirmed":true}'))
+        .set(["workpull", "job", 3], job("old-stored").record)
+        .commit();
+      const queue = new DenoKvWorkQueue(kv);
+      const { epoch, state } = await queue.load();
+      assert.equal(epoch, 2);
+      assert.deepEqual(state.unconfirmed.map((m) => [m.messageId, m.payload]), [
+        ["old-accepted", payload("old-accepted")],
+      ]);
+      await queue.commit(epoch, {
+        store: { firstSeq: 4, jobs: [{ messageId: "new", payload: payload("new") }] },
+        accept: ["old-stored", "new", "old-confirmed"],
+        confirm: ["old-accepted"],
+      });
+      assert.deepEqual(await keysUnder(kv, ["workpull", "flags"]), []);
+      assert.deepEqual(await keysUnder(kv, ["workpull", "accepted"]), ["workpull/accepted/3"]);
+      assert.equal(await textAt(kv, ["workpull", "meta"]), '{"version":2,"currentSeq":4}');
+      const again = await new DenoKvWorkQueue(kv).load();
+      assert.deepEqual(again.state.unconfirmed.map((m) => m.messageId), ["old-stored", "new"]);
+      assert.deepEqual(again.state.recentlyCompleted?.map((m) => m.messageId), [
+        "old-accepted",
+        "old-confirmed",
+      ]);
+    });
+  });
+
+  test("fits a batch of compactions that each end an accepted run in one commit", async () => {
+    for (const prefix of [["workpull"], ["p".repeat(997)]]) {
+      await withKv(async (kv) => {
+        const queue = new DenoKvWorkQueue(kv, { prefix });
+        const { maxOperations, maxBytes } = queue.batchLimits;
+        const { epoch } = await queue.load();
+        // The longest MessageIDs the byte limit lets a full batch carry, at most 1 KiB.
+        const idBytes = Math.min(1_024, Math.floor(maxBytes / maxOperations) - 1);
+        const id = (n: number) => `${n}`.padStart(idBytes, "0");
+        for (let round = 0; round < 2; round++) {
+          const jobs = Array.from({ length: maxOperations }, (_, i) => ({
+            messageId: id(round * maxOperations + i),
+            payload: "1",
+          }));
+          await queue.commit(epoch, { store: { firstSeq: round * maxOperations + 1, jobs } });
+        }
+        // Every other job: each its own run, so each compaction also deletes a run's record.
+        const alternate = Array.from({ length: maxOperations }, (_, i) => id(2 * i));
+        await queue.commit(epoch, { accept: alternate });
+        assert.equal((await keysUnder(kv, [...prefix, "accepted"])).length, maxOperations);
+        await queue.commit(epoch, { confirm: alternate });
+        assert.deepEqual(await keysUnder(kv, [...prefix, "accepted"]), []);
+        assert.equal((await keysUnder(kv, [...prefix, "job"])).length, maxOperations);
+      });
+    }
+  });
+
   test("remembers a bounded number of recent completions across handles", async () => {
     await withKv(async (kv) => {
       const queue = new DenoKvWorkQueue(kv, { completedWindow: 3 });
@@ -486,7 +591,25 @@ describe(`DenoKvWorkQueue (${CLIENT})`, () => {
         bytes('{"accepted":true,"confirmed":true}'),
       ]],
       "a missing payload part": [[["workpull", "part", 1, 2], null]],
-      "a job above currentSeq": [[["workpull", "meta"], bytes('{"version":1,"currentSeq":1}')]],
+      "a job above currentSeq": [[["workpull", "meta"], bytes('{"version":2,"currentSeq":1}')]],
+      "a meta record of a newer format": [[
+        ["workpull", "meta"],
+        bytes('{"version":3,"currentSeq":2}'),
+      ]],
+      "an accepted run without a job": [[["workpull", "accepted", 5], bytes('{"last":5}')]],
+      "an accepted run that ends before it starts": [[
+        ["workpull", "accepted", 2],
+        bytes('{"last":1}'),
+      ]],
+      "overlapping accepted runs": [[["workpull", "accepted", 1], bytes('{"last":2}')], [
+        ["workpull", "accepted", 2],
+        bytes('{"last":2}'),
+      ]],
+      "flags inside an accepted run": [[
+        ["workpull", "flags", 1],
+        bytes('{"accepted":false,"confirmed":true}'),
+      ]],
+      "an accepted key of the wrong shape": [[["workpull", "accepted", "one"], bytes("{}")]],
       // A V8-serialized string on Deno; a KvU64 everywhere (no V8 serializer on Bun).
       ...(kvClient === "deno"
         ? { "a value that is not bytes": [[["workpull", "job", 2], "text"]] as [KvKey, unknown][] }

@@ -1,19 +1,20 @@
 /**
  * The raw Deno KV baseline for the durable benchmarks: the `DenoKvWorkQueue` adapter's own
- * writes done directly with KV atomics, same keys and values. Per job: store it (and rewrite
- * meta), mark it accepted, delete it when confirmed and write its done record (the slot
- * `seq % completedWindow`, expiring after `completedRetention`, both at the adapter's defaults) —
- * three commits, each checking the epoch and meta versionstamps as the adapter does — with
- * `perCommit` jobs in each commit. Records are encoded as the adapter encodes them (one
+ * writes done directly with KV atomics, same keys and values. Per commit of `perCommit` jobs:
+ * store them (and rewrite meta); accept them with one `accepted` record for the run; delete them
+ * when confirmed, with the run's record, and write each one's done record (the slot
+ * `seq % completedWindow`, expiring after `completedRetention`, both at the adapter's defaults).
+ * That is three commits, each checking the epoch and meta versionstamps as the adapter does, and
+ * three mutations a job. Records are encoded as the adapter encodes them (one
  * `TextEncoder` call per job record), so the baseline pays no encoding cost the adapter avoids.
  *
  * @module
  */
 
 import {
+  encodeAccepted,
   encodeDone,
   encodeEpoch,
-  encodeFlags,
   encodeJobText,
   encodeMeta,
 } from "../../src/queue/deno_kv/codec.ts";
@@ -57,14 +58,14 @@ export async function rawKvWrites(kv: Deno.Kv, jobs: number, perCommit: number):
         atomic.set(layout.jobKey(s), job.record);
       }
     }, last);
+    await commit(
+      (atomic) => void atomic.set(layout.acceptedKey(first), encodeAccepted(last)),
+      last,
+    );
     await commit((atomic) => {
+      atomic.delete(layout.acceptedKey(first));
       for (let s = first; s <= last; s++) {
-        atomic.set(layout.flagsKey(s), encodeFlags({ accepted: true, confirmed: false }));
-      }
-    }, last);
-    await commit((atomic) => {
-      for (let s = first; s <= last; s++) {
-        atomic.delete(layout.jobKey(s)).delete(layout.flagsKey(s));
+        atomic.delete(layout.jobKey(s));
         atomic.set(
           layout.doneKey(s % COMPLETED_DEFAULTS.window),
           encodeDone(ids[s - first], s),

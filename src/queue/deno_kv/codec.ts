@@ -2,7 +2,9 @@
  * The value formats of the Deno KV work queue. Every value is a `Uint8Array`:
  *
  * - epoch record: JSON `{"epoch":n}`;
- * - meta record: JSON `{"version":1,"currentSeq":n}`;
+ * - meta record: JSON `{"version":2,"currentSeq":n}`;
+ * - accepted record: JSON `{"last":n}`, the last sequence of a run of accepted jobs whose first
+ *   sequence is in its key;
  * - flags record: JSON `{"accepted":a,"confirmed":c}` with exactly one of them true;
  * - job record: a JSON header line `{"v":1,"id":idBytes,"len":payloadBytes,"parts":n}` and `\n`,
  *   then the MessageID's UTF-8 bytes, then the first payload bytes;
@@ -11,6 +13,10 @@
  *   MessageID's UTF-8 bytes (raw, like the job record, so its size is exactly known).
  *
  * Decoders throw {@linkcode QueueConflictError} for anything malformed.
+ *
+ * Format versions: 1 kept acceptance in flags records only; 2 adds the accepted records. Version
+ * 2 reads a version-1 store as it is and marks it version 2 with its first write, after which a
+ * version-1 reader refuses the store (its format check) instead of missing accepted jobs.
  *
  * @module
  */
@@ -30,7 +36,7 @@ import { KV_LIMITS } from "./port.ts";
  */
 export const RECORD_BOUNDS = { recordMaxBytes: 128, maxMessageIdBytes: 1_024 } as const;
 
-const FORMAT_VERSION = 1;
+const FORMAT_VERSION = 2;
 const NEWLINE = 0x0a;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder("utf-8", { fatal: true });
@@ -274,7 +280,7 @@ export function encodeMeta(currentSeq: number): Uint8Array {
 }
 
 /**
- * Decodes the meta record into the append cursor.
+ * Decodes the meta record (format version 1 or 2) into the append cursor.
  *
  * @example
  * ```ts
@@ -284,8 +290,15 @@ export function encodeMeta(currentSeq: number): Uint8Array {
  */
 export function decodeMeta(value: unknown): number {
   const record = readRecord(value, "meta record");
-  if (record.version !== FORMAT_VERSION) {
-    throw malformed(`the meta record has format version ${record.version}`);
+  const version = record.version;
+  if (Number.isSafeInteger(version) && (version as number) > FORMAT_VERSION) {
+    throw new QueueConflictError(
+      `Cannot read the queue: a newer workpull wrote it (format version ${version}; this one ` +
+        `reads up to ${FORMAT_VERSION})`,
+    );
+  }
+  if (version !== 1 && version !== FORMAT_VERSION) {
+    throw malformed(`the meta record has format version ${version}`);
   }
   const seq = record.currentSeq;
   if (!Number.isSafeInteger(seq) || (seq as number) < 0) {
@@ -327,6 +340,36 @@ export function decodeDone(value: unknown): { readonly messageId: string; readon
     throw malformed(`a done record holds ${JSON.stringify({ messageId, seq })}`);
   }
   return { messageId, seq };
+}
+
+/**
+ * Encodes an accepted record: the jobs at its key's sequence through `last` are accepted.
+ *
+ * @example
+ * ```ts
+ * import { decodeAccepted, encodeAccepted } from "./codec.ts";
+ * console.assert(decodeAccepted(encodeAccepted(9), 5) === 9);
+ * ```
+ */
+export function encodeAccepted(last: number): Uint8Array {
+  return encoder.encode(`{"last":${last}}`);
+}
+
+/**
+ * Decodes the accepted record of the run that starts at `first` into its last sequence.
+ *
+ * @example
+ * ```ts
+ * import { decodeAccepted } from "./codec.ts";
+ * console.assert(decodeAccepted(new TextEncoder().encode('{"last":3}'), 1) === 3);
+ * ```
+ */
+export function decodeAccepted(value: unknown, first: number): number {
+  const { last } = readRecord(value, `accepted record of seq ${first}`);
+  if (!Number.isSafeInteger(last) || (last as number) < first) {
+    throw malformed(`the accepted record of seq ${first} holds last ${last}`);
+  }
+  return last as number;
 }
 
 /**

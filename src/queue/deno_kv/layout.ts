@@ -8,7 +8,8 @@
  * | `[...P, "epoch"]` | epoch record | `load` only: the fencing key |
  * | `[...P, "meta"]` | meta record (append cursor) | every write: the change marker |
  * | `[...P, "job", seq]` | job record: header, MessageID, payload head | `store` |
- * | `[...P, "flags", seq]` | flags record; absent while neither flag is set | `accept`, `confirmMessage` |
+ * | `[...P, "accepted", first]` | accepted record: the run `first..last` is accepted | `accept`; deleted with the run's last job |
+ * | `[...P, "flags", seq]` | flags record: confirmed before accepted (or accepted by format 1) | `confirmMessage` |
  * | `[...P, "part", seq, n]` | payload continuation `n` = 1, 2, ... | `store` (large payloads) |
  * | `[...P, "done", slot]` | a recently completed job: MessageID and sequence (expiring) | compaction, slot `seq % window` |
  *
@@ -85,6 +86,8 @@ export interface KeySizes {
   readonly job: number;
   /** `[...P, "flags", seq]`. */
   readonly flags: number;
+  /** `[...P, "accepted", first]`. */
+  readonly accepted: number;
   /** `[...P, "part", seq, n]`. */
   readonly part: number;
   /** `[...P, "done", slot]`. */
@@ -116,6 +119,8 @@ export class KvQueueLayout {
   readonly jobPrefix: KvKey;
   /** List prefix of all `flags` keys. */
   readonly flagsPrefix: KvKey;
+  /** List prefix of all `accepted` keys. */
+  readonly acceptedPrefix: KvKey;
   /** List prefix of all `part` keys. */
   readonly partPrefix: KvKey;
   /** List prefix of the recently completed jobs' `done` keys. */
@@ -161,6 +166,7 @@ export class KvQueueLayout {
     this.metaKey = [...prefix, "meta"];
     this.jobPrefix = [...prefix, "job"];
     this.flagsPrefix = [...prefix, "flags"];
+    this.acceptedPrefix = [...prefix, "accepted"];
     this.partPrefix = [...prefix, "part"];
     this.donePrefix = [...prefix, "done"];
     this.keySizes = {
@@ -168,6 +174,7 @@ export class KvQueueLayout {
       meta: prefixBytes + 6,
       job: prefixBytes + 5 + 9,
       flags: prefixBytes + 7 + 9,
+      accepted: prefixBytes + 10 + 9,
       part: prefixBytes + 6 + 9 + 9,
       done: prefixBytes + 6 + 9,
     };
@@ -188,6 +195,11 @@ export class KvQueueLayout {
     return [...this.flagsPrefix, seq];
   }
 
+  /** The key of the accepted record of the run that starts at `first`. */
+  acceptedKey(first: number): KvKey {
+    return [...this.acceptedPrefix, first];
+  }
+
   /** The key of slot `slot` of the recently completed jobs. */
   doneKey(slot: number): KvKey {
     return [...this.donePrefix, slot];
@@ -199,10 +211,13 @@ export class KvQueueLayout {
   }
 
   /**
-   * The sequence (and part number) in a listed `job`, `flags` or `part` key; undefined when the
-   * key has the wrong shape.
+   * The sequence (and part number) in a listed `job`, `flags`, `accepted` or `part` key;
+   * undefined when the key has the wrong shape.
    */
-  parse(key: readonly unknown[], kind: "job" | "flags" | "part"): [number, number] | undefined {
+  parse(
+    key: readonly unknown[],
+    kind: "job" | "flags" | "accepted" | "part",
+  ): [number, number] | undefined {
     const depth = this.prefix.length;
     const seq = key[depth + 1];
     const n = kind === "part" ? key[depth + 2] : 0;
@@ -217,10 +232,11 @@ export class KvQueueLayout {
 }
 
 /**
- * The size of one group commit. Per operation the adapter writes at most three mutations (a job
- * or flags set; or compaction's two deletes and the set of a `done` slot), at most one set key,
- * and the bytes of its keys and records; MessageID and payload bytes are counted in `maxBytes`
- * (a compaction's `done` record repeats the MessageID a confirm already counted there).
+ * The size of one group commit. Per operation the adapter writes at most three mutations (a job,
+ * flags or accepted set; or compaction's delete of the job, the delete of its flags or of its
+ * run's accepted record, and the set of a `done` slot), at most one set key, and the bytes of its
+ * keys and records; MessageID and payload bytes are counted in `maxBytes` (a compaction's `done`
+ * record repeats the MessageID a confirm already counted there).
  * Continuation parts of the payloads that `maxBytes` can carry, the epoch and meta checks and
  * the meta record are added on top.
  */
@@ -229,10 +245,11 @@ function deriveBatchLimits(keys: KeySizes): { maxOperations: number; maxBytes: n
   const record = RECORD_BOUNDS.recordMaxBytes;
   // A payload of B bytes needs at most B / (smallest head capacity) continuation parts.
   const maxParts = Math.ceil(maxBytes / headCapacity(RECORD_BOUNDS.maxMessageIdBytes));
-  const setKey = Math.max(keys.job, keys.flags, keys.done);
+  const setKey = Math.max(keys.job, keys.flags, keys.accepted, keys.done);
+  const marker = Math.max(keys.flags, keys.accepted);
   const perOperation = Math.max(
-    2 * Math.max(keys.job, keys.flags) + record, // a job or flags set
-    keys.job + keys.flags + 2 * keys.done + record, // a compaction
+    2 * Math.max(keys.job, marker) + record, // a job, flags or accepted set
+    keys.job + marker + 2 * keys.done + record, // a compaction
   );
   const fixed = keys.epoch + keys.meta + 2 * keys.meta + record;
   const byMutations = Math.floor((KV_LIMITS.maxMutations - 1 - maxParts) / 3);

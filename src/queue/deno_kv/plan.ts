@@ -8,6 +8,13 @@
  * batch, so a MessageID repeated inside one batch is a repeat, never an unknown ID. Confirming a
  * MessageID that is not retained (compacted already, or never stored) is a no-op.
  *
+ * Acceptance is recorded per run, not per job: the jobs a batch accepts, by consecutive
+ * sequences, get one `accepted` range record each run (a handshake's jobs are stored at
+ * consecutive sequences, so usually one a batch). The record is deleted with the last of its
+ * jobs to be compacted. A flags record remains only for a job confirmed before it was accepted,
+ * and for jobs accepted by format version 1, which wrote one per job. So a job costs three
+ * mutations (store, delete, done) instead of five, and no operation ever costs more than three.
+ *
  * @module
  */
 
@@ -23,6 +30,8 @@ export interface KvJobInfo {
   readonly accepted: boolean;
   /** Confirmed by a worker. */
   readonly confirmed: boolean;
+  /** The first sequence of the `accepted` range that holds it; 0 when it has none. */
+  readonly range: number;
 }
 
 /** A job to store, with its sizes and part count already computed. */
@@ -55,6 +64,8 @@ export interface PlanInput {
   readonly confirm: readonly string[];
   /** The persisted payloads of retained jobs that `store` repeats. */
   readonly storedPayloads: ReadonlyMap<string, string>;
+  /** Retained jobs in each `accepted` range, by the range's first sequence, before the batch. */
+  readonly ranges: ReadonlyMap<number, number>;
 }
 
 /** One write the adapter must perform. */
@@ -77,7 +88,11 @@ export type PlannedWrite =
     readonly seq: number;
     readonly parts: number;
     readonly hadFlags: boolean;
-  };
+  }
+  /** Write the `accepted` range record of the jobs at `first..last`. */
+  | { readonly kind: "range"; readonly first: number; readonly last: number }
+  /** Delete the `accepted` range record at `first`: its last job was compacted. */
+  | { readonly kind: "unrange"; readonly first: number };
 
 /** The output of {@linkcode planBatch}. */
 export interface BatchPlan {
@@ -89,6 +104,8 @@ export interface BatchPlan {
   readonly writes: readonly PlannedWrite[];
   /** The retained-jobs changes to apply once the writes are durable (undefined: dropped). */
   readonly updates: ReadonlyMap<string, KvJobInfo | undefined>;
+  /** The range changes to apply with them: retained jobs per range (undefined: deleted). */
+  readonly ranges: ReadonlyMap<number, number | undefined>;
 }
 
 interface Draft {
@@ -96,6 +113,7 @@ interface Draft {
   parts: number;
   accepted: boolean;
   confirmed: boolean;
+  range: number;
   readonly initial: KvJobInfo | undefined;
   /** The job this batch stores (undefined: retained before the batch). */
   readonly job: PlannedStore | undefined;
@@ -117,6 +135,7 @@ interface Draft {
  *   accept: ["a"],
  *   confirm: [],
  *   storedPayloads: new Map(),
+ *   ranges: new Map(),
  * });
  * console.assert(plan.currentSeq === 1 && plan.writes[0].kind === "create");
  * ```
@@ -141,6 +160,7 @@ export function planBatch(input: PlanInput): BatchPlan {
       parts: job.parts,
       accepted: false,
       confirmed: false,
+      range: 0,
       initial: undefined,
       job,
     });
@@ -153,7 +173,7 @@ export function planBatch(input: PlanInput): BatchPlan {
   }
   for (const id of input.accept) mark(drafts, input.jobs, id, "accepted");
   for (const id of input.confirm) mark(drafts, input.jobs, id, "confirmed");
-  return finish(drafts, stored, input.currentSeq + created);
+  return finish(drafts, stored, input.currentSeq + created, input.ranges);
 }
 
 function mark(
@@ -173,24 +193,79 @@ function mark(
   draft[flag] = true;
 }
 
-function finish(drafts: Map<string, Draft>, stored: StoreResult[], currentSeq: number): BatchPlan {
+function finish(
+  drafts: Map<string, Draft>,
+  stored: StoreResult[],
+  currentSeq: number,
+  ranges: ReadonlyMap<number, number>,
+): BatchPlan {
   const writes: PlannedWrite[] = [];
   const updates = new Map<string, KvJobInfo | undefined>();
+  const rangeUpdates = new Map<number, number | undefined>();
+  placeInRanges(drafts, writes, rangeUpdates);
   for (const [messageId, draft] of drafts) {
-    const { seq, parts, accepted, confirmed, initial } = draft;
+    const { seq, parts, accepted, confirmed, range, initial } = draft;
     const done = accepted && confirmed;
-    const flags = accepted || confirmed ? { accepted, confirmed } : undefined;
     if (!initial) {
-      if (!done) writes.push({ kind: "create", seq, job: draft.job!, flags });
+      if (!done) {
+        const flags = confirmed ? { accepted, confirmed } : undefined;
+        writes.push({ kind: "create", seq, job: draft.job!, flags });
+      }
     } else if (done) {
-      const hadFlags = initial.accepted || initial.confirmed;
+      // A flags record exists for a job confirmed first, or accepted by format version 1.
+      const hadFlags = initial.confirmed || initial.accepted && initial.range === 0;
       writes.push({ kind: "compact", messageId, seq, parts, hadFlags });
-    } else if (initial.accepted !== accepted || initial.confirmed !== confirmed) {
+      if (initial.range !== 0) leaveRange(initial.range, ranges, writes, rangeUpdates);
+    } else if (initial.confirmed !== confirmed) {
       writes.push({ kind: "flags", seq, flags: { accepted, confirmed } });
-    } else {
-      continue;
+    } else if (initial.accepted === accepted) {
+      continue; // an accept or confirm repeated: nothing changes
     }
-    updates.set(messageId, done ? undefined : { seq, parts, accepted, confirmed });
+    updates.set(messageId, done ? undefined : { seq, parts, accepted, confirmed, range });
   }
-  return { stored, currentSeq, writes, updates };
+  return { stored, currentSeq, writes, updates, ranges: rangeUpdates };
+}
+
+/**
+ * Puts the jobs this batch accepts, and does not compact, into `accepted` ranges: one a run of
+ * consecutive sequences.
+ */
+function placeInRanges(
+  drafts: Map<string, Draft>,
+  writes: PlannedWrite[],
+  rangeUpdates: Map<number, number | undefined>,
+): void {
+  let placed: Draft[] | undefined;
+  let sorted = true;
+  for (const draft of drafts.values()) {
+    if (!draft.accepted || draft.confirmed || draft.initial?.accepted) continue;
+    placed ??= [];
+    if (placed.length > 0 && placed[placed.length - 1].seq > draft.seq) sorted = false;
+    placed.push(draft);
+  }
+  if (!placed) return;
+  if (!sorted) placed.sort((a, b) => a.seq - b.seq);
+  let start = 0;
+  for (let i = 1; i <= placed.length; i++) {
+    if (i < placed.length && placed[i].seq === placed[i - 1].seq + 1) continue;
+    const first = placed[start].seq;
+    writes.push({ kind: "range", first, last: placed[i - 1].seq });
+    rangeUpdates.set(first, i - start);
+    for (let j = start; j < i; j++) placed[j].range = first;
+    start = i;
+  }
+}
+
+/** One job of the range at `first` is compacted; the last one takes the record with it. */
+function leaveRange(
+  first: number,
+  ranges: ReadonlyMap<number, number>,
+  writes: PlannedWrite[],
+  rangeUpdates: Map<number, number | undefined>,
+): void {
+  const held = rangeUpdates.has(first) ? rangeUpdates.get(first) : ranges.get(first);
+  if (held === undefined) throw new Error(`The accepted range at seq ${first} is not known`);
+  if (held > 1) return void rangeUpdates.set(first, held - 1);
+  writes.push({ kind: "unrange", first });
+  rangeUpdates.set(first, undefined);
 }

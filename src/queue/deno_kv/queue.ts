@@ -6,9 +6,10 @@
  *
  * ```text
  * [...P, "epoch"]         {"epoch":n}                       written only by load: the fence
- * [...P, "meta"]          {"version":1,"currentSeq":n}      rewritten by every write
+ * [...P, "meta"]          {"version":2,"currentSeq":n}      rewritten by every write
  * [...P, "job", seq]      header line, MessageID, payload   one per retained job
- * [...P, "flags", seq]    {"accepted":a,"confirmed":c}      absent until accepted or confirmed
+ * [...P, "accepted", s]   {"last":n}                        jobs s..n accepted (one a run)
+ * [...P, "flags", seq]    {"accepted":a,"confirmed":c}      only if confirmed before accepted
  * [...P, "part", seq, n]  payload bytes, n = 1, 2, ...      only for payloads over ~63 KiB
  * [...P, "done", slot]    header line, MessageID            a recently completed job (expiring)
  * ```
@@ -18,7 +19,7 @@
  * - **Fencing.** Every write is one atomic commit checking the versionstamps of the epoch key
  *   (which only `load` writes) and of the meta key (which every write rewrites). A changed epoch
  *   means a newer `load`: {@linkcode QueueFencedError}.
- * - **Load** reads the epoch and meta records, lists the flags, job and part keys, then commits
+ * - **Load** reads the epoch and meta records, lists the flags, accepted, job and part keys, then commits
  *   the next epoch under checks on both. `list()` is consistent only within one batch, but every
  *   write rewrites the meta key, so an unchanged meta versionstamp at that commit proves nothing
  *   changed during the listing. A failed load therefore changes nothing, malformed state
@@ -30,9 +31,14 @@
  *   so a batch of new jobs, accepts and confirms is exactly one atomic commit. If the check
  *   fails under an unchanged epoch (another handle wrote under it), the handle re-reads the queue
  *   and retries. Only a store repeating a retained MessageID reads (that job's payload).
- * - **Compaction.** A job both accepted and confirmed loses its job and flags keys in the same
- *   commit; its continuation parts (keyed by a sequence that is never reused) are deleted right
- *   after, and any a crash leaves behind are deleted by the next load.
+ * - **Acceptance by runs.** An accept writes one `accepted` record for each run of consecutive
+ *   sequences it accepts (a handshake's jobs are stored consecutively, so usually one), not a
+ *   flags record per job: a job costs three mutations (its store, its delete, its `done` slot)
+ *   instead of five. A flags record remains only for a job confirmed before it was accepted.
+ * - **Compaction.** A job both accepted and confirmed loses its job key (and its flags key, if
+ *   any) in the same commit, and the last job of a run takes the run's record with it; its
+ *   continuation parts (keyed by a sequence that is never reused) are deleted right after, and
+ *   any a crash leaves behind are deleted by the next load.
  * - **Recent completions.** The same commit writes the job's MessageID and sequence to `done`
  *   slot `seq % completedWindow` (default 2,000), expiring after `completedRetention`, so at most that many keys
  *   exist and `load` reports them (`recentlyCompleted`): a producer resubmitting a completed job
@@ -66,6 +72,7 @@ import { KvQueueLayout } from "./layout.ts";
 import {
   decodeDone,
   decodeEpoch,
+  encodeAccepted,
   encodeDone,
   encodeEpoch,
   encodeFlags,
@@ -89,7 +96,7 @@ export type { KvAtomicLike, KvCheckLike, KvEntryLike, KvKey, KvKeyPart, KvLike }
 export interface DenoKvWorkQueueOptions {
   /**
    * The key prefix of this queue: one prefix per flow. Nothing else may write under
-   * `[...prefix, "epoch" | "meta" | "job" | "flags" | "part" | "done"]`. At most 1,024 encoded
+   * `[...prefix, "epoch" | "meta" | "job" | "accepted" | "flags" | "part" | "done"]`. At most 1,024 encoded
    * bytes. Default `["workpull"]`.
    */
   readonly prefix?: KvKey;
@@ -110,6 +117,8 @@ interface View {
   metaVs: string | null;
   currentSeq: number;
   readonly jobs: Map<string, KvJobInfo>;
+  /** Retained jobs in each accepted run, by the run's first sequence. */
+  readonly ranges: Map<number, number>;
   /** Continuation parts of compacted jobs, still to delete. */
   readonly orphans: KvKey[];
 }
@@ -298,8 +307,8 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
   }
 
   async #adopt(snapshot: Snapshot, epoch: number, epochVs: string): Promise<LoadResult> {
-    const { currentSeq, jobs, orphans, metaVs } = snapshot;
-    const view: View = { epoch, epochVs, metaVs, currentSeq, jobs, orphans };
+    const { currentSeq, jobs, ranges, orphans, metaVs } = snapshot;
+    const view: View = { epoch, epochVs, metaVs, currentSeq, jobs, ranges, orphans };
     this.#view = view;
     await this.#collectGarbage(view);
     const recentlyCompleted = await this.#readCompleted(jobs);
@@ -362,8 +371,9 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
       throw new QueueFencedError(`Cannot write: epoch ${epoch} is fenced (current ${view.epoch})`);
     }
     const snapshot = await readStableSnapshot(this.#kv, this.#layout, { payloads: false, epoch });
-    const { currentSeq, jobs, metaVs } = snapshot;
-    const synced = { epoch, epochVs: snapshot.epochVs!, metaVs, currentSeq, jobs, orphans: [] };
+    const { currentSeq, jobs, ranges, metaVs } = snapshot;
+    const epochVs = snapshot.epochVs!;
+    const synced = { epoch, epochVs, metaVs, currentSeq, jobs, ranges, orphans: [] };
     this.#view = synced;
     return synced;
   }
@@ -377,7 +387,8 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
     const storedPayloads = await readPayloads(this.#kv, this.#layout, view, repeated);
     let plan;
     try {
-      plan = planBatch({ ...input, currentSeq: view.currentSeq, jobs: view.jobs, storedPayloads });
+      const { currentSeq, jobs, ranges } = view;
+      plan = planBatch({ ...input, currentSeq, jobs, ranges, storedPayloads });
     } catch (error) {
       // Decide a conflict only on a fresh view, so that fencing is reported first.
       if (error instanceof QueueConflictError && repeated.length === 0) await this.#verify(view);
@@ -394,6 +405,10 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
     for (const [id, info] of plan.updates) {
       if (info) view.jobs.set(id, info);
       else view.jobs.delete(id);
+    }
+    for (const [first, held] of plan.ranges) {
+      if (held === undefined) view.ranges.delete(first);
+      else view.ranges.set(first, held);
     }
     view.orphans.push(...orphans);
     await this.#collectGarbage(view);
@@ -421,6 +436,10 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
         }
       } else if (write.kind === "flags") {
         atomic.set(layout.flagsKey(write.seq), sizes.flags, encodeFlags(write.flags));
+      } else if (write.kind === "range") {
+        atomic.set(layout.acceptedKey(write.first), sizes.accepted, encodeAccepted(write.last));
+      } else if (write.kind === "unrange") {
+        atomic.delete(layout.acceptedKey(write.first), sizes.accepted);
       } else {
         atomic.delete(layout.jobKey(write.seq), sizes.job);
         if (write.hadFlags) atomic.delete(layout.flagsKey(write.seq), sizes.flags);

@@ -14,6 +14,7 @@ import { KV_LIMITS, type KvEntryLike, type KvKey, type KvLike } from "./port.ts"
 import type { KvQueueLayout } from "./layout.ts";
 import {
   checkPart,
+  decodeAccepted,
   type DecodedJob,
   decodeEpoch,
   decodeFlags,
@@ -41,6 +42,8 @@ export interface Snapshot extends Stamps {
   readonly currentSeq: number;
   /** Every retained job by MessageID. */
   readonly jobs: Map<string, KvJobInfo>;
+  /** Retained jobs in each accepted run, by the run's first sequence. */
+  readonly ranges: Map<number, number>;
   /** Accepted, unconfirmed jobs in ascending sequence (empty unless payloads were read). */
   readonly unconfirmed: UnconfirmedMessage[];
   /** Continuation parts whose job is gone (empty unless payloads were read). */
@@ -142,6 +145,9 @@ export async function readSnapshot(
       const seq = seqOf(layout, entry, "flags");
       flags.set(seq, decodeFlags(entry.value, seq));
     }
+    const runs = await readRuns(kv, layout);
+    const ranges = new Map<number, number>();
+    let run = 0;
     const jobs = new Map<string, KvJobInfo>();
     const bySeq = new Map<number, DecodedJob>();
     const accepted: DecodedJob[] = [];
@@ -150,16 +156,25 @@ export async function readSnapshot(
       const job = decodeJob(entry.value, seq);
       if (seq > currentSeq) throw malformed(`job seq ${seq} is above currentSeq ${currentSeq}`);
       if (jobs.has(job.messageId)) throw malformed(`MessageID ${job.messageId} is stored twice`);
-      const { accepted: a, confirmed: c } = flags.get(seq) ?? NO_FLAGS;
+      let { accepted: a, confirmed: c } = flags.get(seq) ?? NO_FLAGS;
       flags.delete(seq);
-      jobs.set(job.messageId, { seq, parts: job.parts, accepted: a, confirmed: c });
+      while (run < runs.length && runs[run][1] < seq) run += 1; // jobs and runs ascend
+      const range = run < runs.length && runs[run][0] <= seq ? runs[run][0] : 0;
+      if (range !== 0) {
+        if (a || c) throw malformed(`the job at seq ${seq} has flags inside an accepted run`);
+        a = true;
+        ranges.set(range, (ranges.get(range) ?? 0) + 1);
+      }
+      jobs.set(job.messageId, { seq, parts: job.parts, accepted: a, confirmed: c, range });
       if (options.payloads) bySeq.set(seq, job);
       if (a && !c) accepted.push(job);
     }
     const stray = flags.keys().next();
     if (!stray.done) throw malformed(`the flags at seq ${stray.value} have no job`);
+    const empty = runs.find(([first]) => !ranges.has(first));
+    if (empty) throw malformed(`the accepted run at seq ${empty[0]} holds no job`);
     if (!options.payloads) {
-      return { ...stamps, epoch, currentSeq, jobs, unconfirmed: [], orphans: [] };
+      return { ...stamps, epoch, currentSeq, jobs, ranges, unconfirmed: [], orphans: [] };
     }
     const { parts, orphans } = await readParts(kv, layout, bySeq);
     const unconfirmed = accepted.map((job) => ({
@@ -167,7 +182,7 @@ export async function readSnapshot(
       seq: job.seq,
       payload: joinPayload(job, parts.get(job.seq) ?? []),
     }));
-    return { ...stamps, epoch, currentSeq, jobs, unconfirmed, orphans };
+    return { ...stamps, epoch, currentSeq, jobs, ranges, unconfirmed, orphans };
   } catch (error) {
     if (!(error instanceof QueueConflictError)) throw error;
     const [epochAgain, metaAgain] = await kv.getMany([layout.epochKey, layout.metaKey]);
@@ -268,6 +283,21 @@ export async function readPayloads(
   return new Map(decoded.map((job) => [job.messageId, joinPayload(job, parts.get(job.seq) ?? [])]));
 }
 
+/** The accepted runs as `[first, last]`, ascending; overlapping runs are malformed. */
+async function readRuns(kv: KvLike, layout: KvQueueLayout): Promise<[number, number][]> {
+  const runs: [number, number][] = [];
+  for await (const entry of list(kv, layout.acceptedPrefix)) {
+    const first = seqOf(layout, entry, "accepted");
+    const last = decodeAccepted(entry.value, first);
+    const previous = runs.at(-1);
+    if (previous && previous[1] >= first) {
+      throw malformed(`the accepted runs at seq ${previous[0]} and ${first} overlap`);
+    }
+    runs.push([first, last]);
+  }
+  return runs;
+}
+
 async function readParts(
   kv: KvLike,
   layout: KvQueueLayout,
@@ -299,7 +329,11 @@ function list(kv: KvLike, prefix: KvKey): AsyncIterable<KvEntryLike> {
   return kv.list({ prefix }, { batchSize: KV_LIMITS.maxListBatch });
 }
 
-function seqOf(layout: KvQueueLayout, entry: KvEntryLike, kind: "job" | "flags"): number {
+function seqOf(
+  layout: KvQueueLayout,
+  entry: KvEntryLike,
+  kind: "job" | "flags" | "accepted",
+): number {
   return (layout.parse(entry.key, kind) ?? badKey(entry, kind))[0];
 }
 

@@ -44,7 +44,7 @@ async function onFreshKv(jobs: number, body: (kv: Deno.Kv) => Promise<void>): Pr
   }
 }
 
-/** The adapter's three commits per job, `perCommit` jobs in each (`lib/raw_kv.ts`). */
+/** The adapter's three commits, `perCommit` jobs in each (`lib/raw_kv.ts`). */
 function raw(jobs: number, perCommit: number): Promise<number> {
   return onFreshKv(jobs, (kv) => rawKvWrites(kv, jobs, perCommit));
 }

@@ -1,10 +1,12 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
+  COMPLETED_BOUNDS,
+  decodeCompleted,
   decodeDone,
   decodeFlags,
   decodeJob,
-  encodeDone,
+  encodeCompleted,
   encodeFlags,
   encodeJob,
   encodeJobText,
@@ -43,13 +45,44 @@ test("encodeJobText writes the bytes encodeJob writes, with and without continua
   }
 });
 
-test("a done record is its header line, then the MessageID's bytes", () => {
+test("a done record of format version 1 is its header line, then the MessageID's bytes", () => {
   for (const [messageId, seq] of [["a", 1], ["job-🎉-é", 9_007_199_254_740_991]] as const) {
-    const record = encodeDone(messageId, seq);
-    const header = encoder.encode(`{"seq":${seq}}\n`);
-    assert.deepEqual(record.subarray(0, header.length), header);
-    assert.deepEqual(record.subarray(header.length), encoder.encode(messageId));
+    const record = encoder.encode(`{"seq":${seq}}\n${messageId}`);
     assert.deepEqual(decodeDone(record), { messageId, seq });
+  }
+});
+
+test("a completed record is its header line, then the MessageIDs' bytes, within its bounds", () => {
+  const entries = [
+    { messageId: "a", seq: 1 },
+    { messageId: "job-🎉-é\n", seq: 9_007_199_254_740_991 },
+    { messageId: "x".repeat(1_024), seq: 9_007_199_254_740_990 },
+  ];
+  const idBytes = entries.map((entry) => utf8Length(entry.messageId));
+  const record = encodeCompleted(entries, idBytes);
+  const header = encoder.encode(
+    `{"seq":[1,9007199254740991,9007199254740990],"len":[${idBytes}]}\n`,
+  );
+  assert.deepEqual(record.subarray(0, header.length), header);
+  assert.deepEqual(
+    record.subarray(header.length),
+    encoder.encode(entries.map((e) => e.messageId).join("")),
+  );
+  assert.deepEqual(decodeCompleted(record), entries);
+  const bound = COMPLETED_BOUNDS.fixed +
+    idBytes.reduce((sum, bytes) => sum + bytes + COMPLETED_BOUNDS.perJob, 0);
+  assert.ok(record.length <= bound, `${record.length} > ${bound}`);
+  assert.equal(encodeCompleted([], []).length, '{"seq":[],"len":[]}\n'.length);
+  for (
+    const bad of [
+      '{"seq":[1],"len":[2]}\na',
+      '{"seq":[1],"len":[1]}\nab',
+      '{"seq":[1,2],"len":[1]}\nab',
+      '{"seq":[0],"len":[1]}\na',
+      '{"seq":[1],"len":[1]}',
+    ]
+  ) {
+    assert.throws(() => decodeCompleted(encoder.encode(bad)), /malformed/, bad);
   }
 });
 

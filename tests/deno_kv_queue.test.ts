@@ -200,7 +200,7 @@ describe(`DenoKvWorkQueue (${CLIENT})`, () => {
       await queue.confirmMessage(loaded.epoch, "big");
       assert.deepEqual(
         await keysUnder(kv, ["workpull"]),
-        ["workpull/done/1", "workpull/epoch", "workpull/meta"],
+        ["workpull/completed/1", "workpull/epoch", "workpull/meta"],
         "only the small record of a recent completion is left",
       );
     });
@@ -380,7 +380,8 @@ describe(`DenoKvWorkQueue (${CLIENT})`, () => {
       assert.deepEqual(await marks(), ["workpull/accepted/1", "workpull/accepted/5"]);
       await queue2.commit(epoch2, { confirm: ["c", "e"] });
       assert.deepEqual(await keysUnder(kv, ["workpull"]), [
-        ...["1", "2", "3", "4", "5"].map((slot) => `workpull/done/${slot}`),
+        "workpull/completed/1", // d (compacted by its accept), a and b
+        "workpull/completed/2", // c and e
         "workpull/epoch",
         "workpull/meta",
       ]);
@@ -455,21 +456,68 @@ describe(`DenoKvWorkQueue (${CLIENT})`, () => {
     await withKv(async (kv) => {
       const queue = new DenoKvWorkQueue(kv, { completedWindow: 3 });
       const { epoch } = await queue.load();
-      const ids = ["a", "b", "c", "d", "e"];
+      const ids = ["a", "b", "c", "d", "e", "f", "g", "h"];
       const jobs = ids.map((id) => ({ messageId: id, payload: payload(id) }));
       await queue.commit(epoch, { store: { firstSeq: 1, jobs }, accept: ids });
-      await queue.commit(epoch, { confirm: ["a", "b", "c", "d"] });
+      for (const id of ["a", "b", "c"]) await queue.confirmMessage(epoch, id);
+      const remembered = async () => {
+        const loaded = await new DenoKvWorkQueue(kv, { completedWindow: 3 }).load();
+        return loaded.state.recentlyCompleted?.map((m) => m.messageId);
+      };
+      const records = () => keysUnder(kv, ["workpull", "completed"]);
+      assert.deepEqual(await remembered(), ["a", "b", "c"]);
+      // One record a commit; the oldest go while the rest still hold 3 jobs.
+      const { epoch: epoch2 } = await queue.load();
+      await queue.commit(epoch2, { confirm: ["d", "e"] });
+      assert.deepEqual(await records(), ["workpull/completed/3", "workpull/completed/4"]);
+      assert.deepEqual(await remembered(), ["c", "d", "e"]);
+      const { epoch: epoch3 } = await queue.load();
+      await queue.commit(epoch3, { confirm: ["f", "g", "h"] });
+      assert.deepEqual(await records(), ["workpull/completed/5"]);
       const reloaded = await new DenoKvWorkQueue(kv, { completedWindow: 3 }).load();
-      // Slots are seq % 3: d (4) overwrote a (1).
       assert.deepEqual(reloaded.state.recentlyCompleted, [
-        { messageId: "b", seq: 2 },
-        { messageId: "c", seq: 3 },
-        { messageId: "d", seq: 4 },
+        { messageId: "f", seq: 6 },
+        { messageId: "g", seq: 7 },
+        { messageId: "h", seq: 8 },
       ]);
-      assert.deepEqual(reloaded.state.unconfirmed.map((m) => m.messageId), ["e"]);
-      assert.equal((await keysUnder(kv, ["workpull", "done"])).length, 3);
       const none = await new DenoKvWorkQueue(kv, { completedWindow: 0 }).load();
       assert.deepEqual(none.state.recentlyCompleted, []);
+    });
+  });
+
+  test("a smaller completedWindow shrinks the completed records by one a job, never all at once", async () => {
+    await withKv(async (kv) => {
+      const wide = new DenoKvWorkQueue(kv, { completedWindow: 100 });
+      const { epoch } = await wide.load();
+      const ids = Array.from({ length: 8 }, (_, i) => `j${i}`);
+      const jobs = ids.map((id) => ({ messageId: id, payload: payload(id) }));
+      await wide.commit(epoch, { store: { firstSeq: 1, jobs }, accept: ids });
+      for (const id of ids.slice(0, 6)) await wide.confirmMessage(epoch, id);
+      const records = () => keysUnder(kv, ["workpull", "completed"]);
+      assert.equal((await records()).length, 6);
+      const narrow = new DenoKvWorkQueue(kv, { completedWindow: 1 });
+      const { epoch: epoch2 } = await narrow.load();
+      await narrow.confirmMessage(epoch2, "j6");
+      assert.equal((await records()).length, 6, "one job remembered, one record deleted");
+      await narrow.confirmMessage(epoch2, "j7");
+      assert.deepEqual((await records()).slice(0, 1), ["workpull/completed/3"]);
+    });
+  });
+
+  test("splits the completed records of long MessageIDs within one value each", async () => {
+    await withKv(async (kv) => {
+      const queue = new DenoKvWorkQueue(kv);
+      const { epoch } = await queue.load();
+      const ids = Array.from({ length: 100 }, (_, i) => `${i}`.padStart(1_024, "x"));
+      const jobs = ids.map((id) => ({ messageId: id, payload: "1" }));
+      await queue.commit(epoch, { store: { firstSeq: 1, jobs }, accept: ids });
+      await queue.commit(epoch, { confirm: ids });
+      assert.deepEqual(await keysUnder(kv, ["workpull", "completed"]), [
+        "workpull/completed/1",
+        "workpull/completed/2",
+      ]);
+      const reloaded = await new DenoKvWorkQueue(kv).load();
+      assert.deepEqual(reloaded.state.recentlyCompleted?.map((m) => m.messageId), ids);
     });
   });
 
@@ -499,7 +547,7 @@ describe(`DenoKvWorkQueue (${CLIENT})`, () => {
       await waitFor(() => handled.length === 1, "the job to run");
       await waitFor(() => first.controller.stats().totals.confirmed === 1, "its confirmation");
       await waitFor(
-        async () => (await keysUnder(kv, ["restart", "done"])).length === 1,
+        async () => (await keysUnder(kv, ["restart", "completed"])).length === 1,
         "its completion to be durable",
       );
       await first.worker.close();
@@ -666,7 +714,7 @@ describe(`DenoKvWorkQueue (${CLIENT})`, () => {
     await withKv(async (kv) => {
       const queue = new DenoKvWorkQueue(kv);
       const { maxOperations, maxBytes } = queue.batchLimits;
-      assert.deepEqual(queue.batchLimits, { maxOperations: 329, maxBytes: 656_384 });
+      assert.deepEqual(queue.batchLimits, { maxOperations: 325, maxBytes: 656_384 });
       const { epoch } = await queue.load();
       const ids = Array.from({ length: maxOperations + 1 }, (_, i) => `j${i}`);
       const tooMany = {
@@ -688,7 +736,7 @@ describe(`DenoKvWorkQueue (${CLIENT})`, () => {
   test("fits full batches in one atomic commit under a 1,000-byte prefix", async () => {
     const prefix = ["p".repeat(997)];
     const { maxOperations } = new KvQueueLayout(prefix).batchLimits;
-    assert.ok(maxOperations >= 30 && maxOperations < 329, `maxOperations ${maxOperations}`);
+    assert.ok(maxOperations >= 30 && maxOperations < 325, `maxOperations ${maxOperations}`);
     const full = workQueueConformanceCases(memoryKvFactory(prefix))
       .filter((rule) =>
         rule.name === "batches at batchLimits are accepted" ||
@@ -716,7 +764,7 @@ describe(`DenoKvWorkQueue (${CLIENT})`, () => {
       await queue.commit(epoch, { confirm: jobs.map((j) => j.messageId) });
       assert.equal(scripted.commits - commits, 3);
       assert.deepEqual(await keysUnder(kv, ["workpull"]), [
-        ...Array.from({ length: 100 }, (_, i) => `workpull/done/${i + 1}`),
+        "workpull/completed/1",
         "workpull/epoch",
         "workpull/meta",
       ]);

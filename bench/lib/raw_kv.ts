@@ -2,18 +2,18 @@
  * The raw Deno KV baseline for the durable benchmarks: the `DenoKvWorkQueue` adapter's own
  * writes done directly with KV atomics, same keys and values. Per commit of `perCommit` jobs:
  * store them (and rewrite meta); accept them with one `accepted` record for the run; delete them
- * when confirmed, with the run's record, and write each one's done record (the slot
- * `seq % completedWindow`, expiring after `completedRetention`, both at the adapter's defaults).
- * That is three commits, each checking the epoch and meta versionstamps as the adapter does, and
- * three mutations a job. Records are encoded as the adapter encodes them (one
+ * when confirmed, with the run's record, and remember them in one `completed` record, deleting
+ * the oldest records past `completedWindow` (expiring after `completedRetention`, both at the
+ * adapter's defaults, with the adapter's own ring). That is three commits, each checking the
+ * epoch and meta versionstamps as the adapter does, and two mutations a job. Records are encoded as the adapter encodes them (one
  * `TextEncoder` call per job record), so the baseline pays no encoding cost the adapter avoids.
  *
  * @module
  */
 
+import { CompletedRing } from "../../src/queue/deno_kv/completed.ts";
 import {
   encodeAccepted,
-  encodeDone,
   encodeEpoch,
   encodeJobText,
   encodeMeta,
@@ -36,6 +36,7 @@ export async function rawKvWrites(kv: Deno.Kv, jobs: number, perCommit: number):
   const epoch = await kv.atomic().set(layout.epochKey, encodeEpoch(1)).commit();
   if (!epoch.ok) throw new Error("cannot write the epoch");
   let metaVs: string | null = null;
+  const completed = new CompletedRing();
   /** One commit fenced like the adapter's: epoch and meta unchanged, meta rewritten. */
   const commit = async (fill: (atomic: Deno.AtomicOperation) => void, currentSeq: number) => {
     const atomic = kv.atomic()
@@ -64,14 +65,14 @@ export async function rawKvWrites(kv: Deno.Kv, jobs: number, perCommit: number):
     );
     await commit((atomic) => {
       atomic.delete(layout.acceptedKey(first));
-      for (let s = first; s <= last; s++) {
-        atomic.delete(layout.jobKey(s));
-        atomic.set(
-          layout.doneKey(s % COMPLETED_DEFAULTS.window),
-          encodeDone(ids[s - first], s),
-          { expireIn: COMPLETED_DEFAULTS.retention },
-        );
+      for (let s = first; s <= last; s++) atomic.delete(layout.jobKey(s));
+      const done = ids.map((messageId, i) => ({ messageId, seq: first + i }));
+      const writes = completed.plan(done, COMPLETED_DEFAULTS.window);
+      for (const { n, value } of writes.sets) {
+        atomic.set(layout.completedKey(n), value, { expireIn: COMPLETED_DEFAULTS.retention });
       }
+      for (const n of writes.deletes) atomic.delete(layout.completedKey(n));
+      completed.apply(writes);
     }, last);
   }
 }

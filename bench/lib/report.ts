@@ -521,7 +521,7 @@ function details(results: Results): string[] {
         "",
         `workpull over WebSocket (1 process × 4 endpoints, window 100) with \`DenoKvWorkQueue\` on a fresh file per run, ${
           n0(d.jobs.endToEnd)
-        } jobs; raw KV baselines do the adapter's three fenced commits per job (store; accept; confirm: delete the job and write its done record) directly: ${
+        } jobs; raw KV baselines do the adapter's three fenced commits directly (store the jobs; accept them, one record a run; confirm: delete the jobs and remember them in one completed record): ${
           n0(d.jobs.rawSingle)
         } jobs one per commit, ${
           n0(d.jobs.rawBatch)

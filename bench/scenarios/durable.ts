@@ -5,9 +5,9 @@
  * run ends with its last commit; the controller may write a confirmation some commits after the
  * worker sent it). Baselines, alternating with it:
  * the adapter's own writes done directly with `Deno.openKv` atomics, same keys and values
- * (per job: store the job and rewrite meta; mark it accepted; delete it when confirmed — three
- * commits, each checking the epoch and meta versionstamps as the adapter does), one job per
- * commit and 100 jobs per commit. Deno only (Bun reaches Deno KV files through npm `@deno/kv`,
+ * (store the jobs and rewrite meta; accept them with one record a run; delete them when
+ * confirmed and remember them in one completed record — three commits, each checking the epoch
+ * and meta versionstamps as the adapter does), one job per commit and 100 jobs per commit. Deno only (Bun reaches Deno KV files through npm `@deno/kv`,
  * which `bench/durable_throughput.ts` covers).
  *
  * The same system also runs with a **remote producer** (the durable path through `POST /jobs`):
@@ -45,7 +45,7 @@ async function freshKv(): Promise<{ kv: Deno.Kv; close(): void }> {
   };
 }
 
-/** The adapter's three commits per job, `perCommit` jobs in each (`lib/raw_kv.ts`); jobs/s. */
+/** The adapter's three commits, `perCommit` jobs in each (`lib/raw_kv.ts`); jobs/s. */
 async function raw(jobs: number, perCommit: number): Promise<number> {
   const { kv, close } = await freshKv();
   try {

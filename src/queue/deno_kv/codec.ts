@@ -9,12 +9,16 @@
  * - job record: a JSON header line `{"v":1,"id":idBytes,"len":payloadBytes,"parts":n}` and `\n`,
  *   then the MessageID's UTF-8 bytes, then the first payload bytes;
  * - part record: the next up-to-64-KiB slice of the payload's UTF-8 bytes;
- * - done record: a recently completed job: a JSON header line `{"seq":n}` and `\n`, then the
- *   MessageID's UTF-8 bytes (raw, like the job record, so its size is exactly known).
+ * - completed record: the jobs one commit completed: a JSON header line
+ *   `{"seq":[s1,...],"len":[b1,...]}` and `\n`, then their MessageIDs' UTF-8 bytes back to back
+ *   (raw, so its size is exactly known);
+ * - done record (format version 1, read only): one completed job: a JSON header line `{"seq":n}`
+ *   and `\n`, then the MessageID's UTF-8 bytes.
  *
  * Decoders throw {@linkcode QueueConflictError} for anything malformed.
  *
- * Format versions: 1 kept acceptance in flags records only; 2 adds the accepted records. Version
+ * Format versions: 1 kept acceptance in flags records only and a done record per completed job;
+ * 2 writes accepted records and completed records instead. Version
  * 2 reads a version-1 store as it is and marks it version 2 with its first write, after which a
  * version-1 reader refuses the store (its format check) instead of missing accepted jobs.
  *
@@ -307,22 +311,87 @@ export function decodeMeta(value: unknown): number {
   return seq as number;
 }
 
-/**
- * Encodes a done record: a recently completed job.
- *
- * @example
- * ```ts
- * import { decodeDone, encodeDone } from "./codec.ts";
- * console.assert(decodeDone(encodeDone("a", 7)).seq === 7);
- * ```
- */
-export function encodeDone(messageId: string, seq: number): Uint8Array {
-  // The header is ASCII, so one encoding of the joined text is the header's bytes, then the ID's.
-  return encoder.encode(`${JSON.stringify({ seq })}\n${messageId}`);
+/** One completed job as a completed record holds it. */
+export interface CompletedEntry {
+  /** The MessageID. */
+  readonly messageId: string;
+  /** Its store sequence. */
+  readonly seq: number;
 }
 
 /**
- * Decodes a done record.
+ * The most a completed record's header takes per job (a sequence up to 2^53, a MessageID length
+ * up to 1,024, two commas), and in all (its brackets, keys and `\n`).
+ *
+ * @example
+ * ```ts
+ * import { COMPLETED_BOUNDS } from "./codec.ts";
+ * console.assert(COMPLETED_BOUNDS.perJob === 22);
+ * ```
+ */
+export const COMPLETED_BOUNDS = { perJob: 22, fixed: 24 } as const;
+
+/**
+ * Encodes a completed record; `idBytes` are the MessageIDs' UTF-8 lengths.
+ *
+ * @example
+ * ```ts
+ * import { decodeCompleted, encodeCompleted } from "./codec.ts";
+ * const record = encodeCompleted([{ messageId: "a", seq: 7 }], [1]);
+ * console.assert(decodeCompleted(record)[0].seq === 7);
+ * ```
+ */
+export function encodeCompleted(
+  entries: readonly CompletedEntry[],
+  idBytes: readonly number[],
+): Uint8Array {
+  let ids = "";
+  const seqs: number[] = new Array(entries.length);
+  for (let i = 0; i < entries.length; i++) {
+    ids += entries[i].messageId;
+    seqs[i] = entries[i].seq;
+  }
+  // The header is ASCII, so one encoding of the joined text is the header's bytes, then the IDs'.
+  return encoder.encode(`{"seq":[${seqs}],"len":[${idBytes}]}\n${ids}`);
+}
+
+/**
+ * Decodes a completed record.
+ *
+ * @example
+ * ```ts
+ * import { decodeCompleted } from "./codec.ts";
+ * const value = new TextEncoder().encode('{"seq":[1,2],"len":[1,2]}\nabc');
+ * console.assert(decodeCompleted(value)[1].messageId === "bc");
+ * ```
+ */
+export function decodeCompleted(value: unknown): CompletedEntry[] {
+  if (!(value instanceof Uint8Array)) throw malformed("a completed record is not bytes");
+  const end = value.indexOf(NEWLINE);
+  if (end < 0) throw malformed("a completed record has no header line");
+  const { seq, len } = readRecord(value.subarray(0, end), "completed record");
+  if (!Array.isArray(seq) || !Array.isArray(len) || seq.length !== len.length) {
+    throw malformed("a completed record's header does not list its jobs");
+  }
+  const entries: CompletedEntry[] = [];
+  let at = end + 1;
+  for (let i = 0; i < seq.length; i++) {
+    const bytes = len[i];
+    if (!isPositiveInteger(seq[i]) || !isPositiveInteger(bytes) || at + bytes > value.length) {
+      throw malformed(`a completed record lists seq ${seq[i]} with ${bytes} bytes`);
+    }
+    entries.push({
+      messageId: decodeText(value.subarray(at, at + bytes), "completed record"),
+      seq: seq[i],
+    });
+    at += bytes;
+  }
+  if (at !== value.length) throw malformed("a completed record has bytes beyond its jobs");
+  return entries;
+}
+
+/**
+ * Decodes a done record (written by format version 1).
  *
  * @example
  * ```ts

@@ -11,7 +11,8 @@
  * | `[...P, "accepted", first]` | accepted record: the run `first..last` is accepted | `accept`; deleted with the run's last job |
  * | `[...P, "flags", seq]` | flags record: confirmed before accepted (or accepted by format 1) | `confirmMessage` |
  * | `[...P, "part", seq, n]` | payload continuation `n` = 1, 2, ... | `store` (large payloads) |
- * | `[...P, "done", slot]` | a recently completed job: MessageID and sequence (expiring) | compaction, slot `seq % window` |
+ * | `[...P, "completed", n]` | the jobs commit `n` completed: MessageIDs and sequences (expiring) | compaction; the oldest deleted past `completedWindow` |
+ * | `[...P, "done", slot]` | a job completed under format version 1 (expiring) | read only |
  *
  * Keys hold store sequences, never MessageIDs, so their sizes do not depend on MessageID length
  * and listing returns jobs in ascending sequence.
@@ -20,7 +21,8 @@
  */
 
 import { KV_LIMITS, type KvKey, type KvKeyPart } from "./port.ts";
-import { headCapacity, RECORD_BOUNDS } from "./codec.ts";
+import { COMPLETED_BOUNDS, headCapacity, RECORD_BOUNDS } from "./codec.ts";
+import { maxCompletedRecords } from "./completed.ts";
 
 const MAX_PREFIX_BYTES = 1_024;
 const MAX_PAYLOAD_BYTES = 640 * 1_024;
@@ -90,8 +92,8 @@ export interface KeySizes {
   readonly accepted: number;
   /** `[...P, "part", seq, n]`. */
   readonly part: number;
-  /** `[...P, "done", slot]`. */
-  readonly done: number;
+  /** `[...P, "completed", n]`. */
+  readonly completed: number;
 }
 
 /**
@@ -105,7 +107,7 @@ export interface KeySizes {
  * const layout = new KvQueueLayout(["workpull"]);
  * console.assert(layout.jobKey(7).join("/") === "workpull/job/7");
  * console.assert(layout.maxPayloadBytes === 655_360);
- * console.assert(layout.batchLimits.maxOperations === 329);
+ * console.assert(layout.batchLimits.maxOperations === 325);
  * ```
  */
 export class KvQueueLayout {
@@ -123,7 +125,9 @@ export class KvQueueLayout {
   readonly acceptedPrefix: KvKey;
   /** List prefix of all `part` keys. */
   readonly partPrefix: KvKey;
-  /** List prefix of the recently completed jobs' `done` keys. */
+  /** List prefix of the `completed` records. */
+  readonly completedPrefix: KvKey;
+  /** List prefix of format version 1's `done` keys. */
   readonly donePrefix: KvKey;
   /** Sizes of the fixed key shapes. */
   readonly keySizes: KeySizes;
@@ -168,6 +172,7 @@ export class KvQueueLayout {
     this.flagsPrefix = [...prefix, "flags"];
     this.acceptedPrefix = [...prefix, "accepted"];
     this.partPrefix = [...prefix, "part"];
+    this.completedPrefix = [...prefix, "completed"];
     this.donePrefix = [...prefix, "done"];
     this.keySizes = {
       epoch: prefixBytes + 7,
@@ -176,7 +181,7 @@ export class KvQueueLayout {
       flags: prefixBytes + 7 + 9,
       accepted: prefixBytes + 10 + 9,
       part: prefixBytes + 6 + 9 + 9,
-      done: prefixBytes + 6 + 9,
+      completed: prefixBytes + 11 + 9,
     };
     this.batchLimits = deriveBatchLimits(this.keySizes);
     this.partsPerCollection = Math.min(
@@ -200,9 +205,9 @@ export class KvQueueLayout {
     return [...this.acceptedPrefix, first];
   }
 
-  /** The key of slot `slot` of the recently completed jobs. */
-  doneKey(slot: number): KvKey {
-    return [...this.donePrefix, slot];
+  /** The key of completed record `n`. */
+  completedKey(n: number): KvKey {
+    return [...this.completedPrefix, n];
   }
 
   /** The key of continuation part `n` (1-based) of the job stored at `seq`. */
@@ -211,12 +216,12 @@ export class KvQueueLayout {
   }
 
   /**
-   * The sequence (and part number) in a listed `job`, `flags`, `accepted` or `part` key;
-   * undefined when the key has the wrong shape.
+   * The sequence (and part number) in a listed `job`, `flags`, `accepted` or `part` key, or the
+   * number in a `completed` key; undefined when the key has the wrong shape.
    */
   parse(
     key: readonly unknown[],
-    kind: "job" | "flags" | "accepted" | "part",
+    kind: "job" | "flags" | "accepted" | "completed" | "part",
   ): [number, number] | undefined {
     const depth = this.prefix.length;
     const seq = key[depth + 1];
@@ -234,30 +239,34 @@ export class KvQueueLayout {
 /**
  * The size of one group commit. Per operation the adapter writes at most three mutations (a job,
  * flags or accepted set; or compaction's delete of the job, the delete of its flags or of its
- * run's accepted record, and the set of a `done` slot), at most one set key, and the bytes of its
- * keys and records; MessageID and payload bytes are counted in `maxBytes` (a compaction's `done`
- * record repeats the MessageID a confirm already counted there).
- * Continuation parts of the payloads that `maxBytes` can carry, the epoch and meta checks and
- * the meta record are added on top.
+ * run's accepted record, and the delete of at most one old `completed` record), at most one set
+ * key, and the bytes of its keys and records; MessageID and payload bytes are counted in
+ * `maxBytes` (a compaction's entry in a `completed` record repeats the MessageID a confirm already
+ * counted there). Continuation parts of the payloads that `maxBytes` can carry, the `completed`
+ * records of a full batch, the epoch and meta checks and the meta record are added on top.
  */
 function deriveBatchLimits(keys: KeySizes): { maxOperations: number; maxBytes: number } {
   const maxBytes = MAX_PAYLOAD_BYTES + RECORD_BOUNDS.maxMessageIdBytes;
   const record = RECORD_BOUNDS.recordMaxBytes;
   // A payload of B bytes needs at most B / (smallest head capacity) continuation parts.
   const maxParts = Math.ceil(maxBytes / headCapacity(RECORD_BOUNDS.maxMessageIdBytes));
-  const setKey = Math.max(keys.job, keys.flags, keys.accepted, keys.done);
+  const setKey = Math.max(keys.job, keys.flags, keys.accepted);
   const marker = Math.max(keys.flags, keys.accepted);
   const perOperation = Math.max(
     2 * Math.max(keys.job, marker) + record, // a job, flags or accepted set
-    keys.job + marker + 2 * keys.done + record, // a compaction
+    keys.job + marker + keys.completed + COMPLETED_BOUNDS.perJob, // a compaction
   );
-  const fixed = keys.epoch + keys.meta + 2 * keys.meta + record;
-  const byMutations = Math.floor((KV_LIMITS.maxMutations - 1 - maxParts) / 3);
+  // Records for maxBytes of MessageIDs and the per-job header of a generous 1,000 jobs.
+  const records = maxCompletedRecords(maxBytes, KV_LIMITS.maxMutations);
+  const fixed = keys.epoch + keys.meta + 2 * keys.meta + record +
+    records * (2 * keys.completed + COMPLETED_BOUNDS.fixed);
+  const byMutations = Math.floor((KV_LIMITS.maxMutations - 1 - maxParts - records) / 3);
   const byBytes = Math.floor(
     (KV_LIMITS.maxMutationBytes - fixed - maxParts * 2 * keys.part - maxBytes) / perOperation,
   );
   const bySetKeys = Math.floor(
-    (KV_LIMITS.maxSetKeyBytes - keys.meta - maxParts * keys.part) / setKey,
+    (KV_LIMITS.maxSetKeyBytes - keys.meta - maxParts * keys.part - records * keys.completed) /
+      setKey,
   );
   return { maxOperations: Math.min(byMutations, byBytes, bySetKeys), maxBytes };
 }

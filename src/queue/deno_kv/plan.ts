@@ -12,8 +12,7 @@
  * sequences, get one `accepted` range record each run (a handshake's jobs are stored at
  * consecutive sequences, so usually one a batch). The record is deleted with the last of its
  * jobs to be compacted. A flags record remains only for a job confirmed before it was accepted,
- * and for jobs accepted by format version 1, which wrote one per job. So a job costs three
- * mutations (store, delete, done) instead of five, and no operation ever costs more than three.
+ * and for jobs accepted by format version 1, which wrote one per job.
  *
  * @module
  */

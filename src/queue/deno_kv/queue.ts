@@ -5,13 +5,14 @@
  * Key layout under the prefix `P` (default `["workpull"]`; value formats in `codec.ts`):
  *
  * ```text
- * [...P, "epoch"]         {"epoch":n}                       written only by load: the fence
- * [...P, "meta"]          {"version":2,"currentSeq":n}      rewritten by every write
- * [...P, "job", seq]      header line, MessageID, payload   one per retained job
- * [...P, "accepted", s]   {"last":n}                        jobs s..n accepted (one a run)
- * [...P, "flags", seq]    {"accepted":a,"confirmed":c}      only if confirmed before accepted
- * [...P, "part", seq, n]  payload bytes, n = 1, 2, ...      only for payloads over ~63 KiB
- * [...P, "done", slot]    header line, MessageID            a recently completed job (expiring)
+ * [...P, "epoch"]          {"epoch":n}                      written only by load: the fence
+ * [...P, "meta"]           {"version":2,"currentSeq":n}     rewritten by every write
+ * [...P, "job", seq]       header line, MessageID, payload  one per retained job
+ * [...P, "accepted", s]    {"last":n}                       jobs s..n accepted (one a run)
+ * [...P, "flags", seq]     {"accepted":a,"confirmed":c}     only if confirmed before accepted
+ * [...P, "part", seq, n]   payload bytes, n = 1, 2, ...     only for payloads over ~63 KiB
+ * [...P, "completed", n]   header line, MessageIDs          jobs commit n completed (expiring)
+ * [...P, "done", slot]     header line, MessageID           format 1's; read until they expire
  * ```
  *
  * How the contract is kept:
@@ -31,19 +32,21 @@
  *   so a batch of new jobs, accepts and confirms is exactly one atomic commit. If the check
  *   fails under an unchanged epoch (another handle wrote under it), the handle re-reads the queue
  *   and retries. Only a store repeating a retained MessageID reads (that job's payload).
- * - **Acceptance by runs.** An accept writes one `accepted` record for each run of consecutive
- *   sequences it accepts (a handshake's jobs are stored consecutively, so usually one), not a
- *   flags record per job: a job costs three mutations (its store, its delete, its `done` slot)
- *   instead of five. A flags record remains only for a job confirmed before it was accepted.
+ * - **Two mutations a job.** A job's own key is written once and deleted once; the rest is
+ *   shared. An accept writes one `accepted` record for each run of consecutive sequences it
+ *   accepts (a handshake's jobs are stored consecutively, so usually one), and a commit that
+ *   completes jobs remembers them all in one `completed` record (below). A flags record remains
+ *   only for a job confirmed before it was accepted.
  * - **Compaction.** A job both accepted and confirmed loses its job key (and its flags key, if
  *   any) in the same commit, and the last job of a run takes the run's record with it; its
  *   continuation parts (keyed by a sequence that is never reused) are deleted right after, and
  *   any a crash leaves behind are deleted by the next load.
- * - **Recent completions.** The same commit writes the job's MessageID and sequence to `done`
- *   slot `seq % completedWindow` (default 2,000), expiring after `completedRetention`, so at most that many keys
- *   exist and `load` reports them (`recentlyCompleted`): a producer resubmitting a completed job
- *   after a restart gets its sequence back and the job does not run again. They are hints: an
- *   unreadable one is skipped.
+ * - **Recent completions.** The same commit writes the MessageIDs and sequences of the jobs it
+ *   compacts to one `completed` record (more only for very long MessageIDs), expiring after
+ *   `completedRetention`, and deletes the oldest records while the rest still hold
+ *   `completedWindow` jobs (default 2,000; `completed.ts`). `load` reports them
+ *   (`recentlyCompleted`): a producer resubmitting a completed job after a restart gets its
+ *   sequence back and the job does not run again. They are hints: an unreadable one is skipped.
  * - **Errors.** Backend errors, `TypeError: database is locked` included, are rethrown unchanged
  *   and are retriable. "Locked" means not applied; after any other failed commit, whose outcome
  *   is unknown, the handle re-reads the queue before its next write.
@@ -70,15 +73,16 @@ import { durationOption, integerOption } from "../../core/options.ts";
 import { isKvLockedError, KV_LIMITS, type KvKey, type KvLike, MeasuredAtomic } from "./port.ts";
 import { KvQueueLayout } from "./layout.ts";
 import {
+  type CompletedEntry,
   decodeDone,
   decodeEpoch,
   encodeAccepted,
-  encodeDone,
   encodeEpoch,
   encodeFlags,
   encodeJobText,
   encodeMeta,
 } from "./codec.ts";
+import { CompletedRing, type CompletedWrites } from "./completed.ts";
 import { type BatchPlan, type KvJobInfo, planBatch, type PlannedStore } from "./plan.ts";
 import { checkId, checkSeq, prepareBatch, prepareJob, type WriteInput } from "./input.ts";
 import {
@@ -96,14 +100,15 @@ export type { KvAtomicLike, KvCheckLike, KvEntryLike, KvKey, KvKeyPart, KvLike }
 export interface DenoKvWorkQueueOptions {
   /**
    * The key prefix of this queue: one prefix per flow. Nothing else may write under
-   * `[...prefix, "epoch" | "meta" | "job" | "accepted" | "flags" | "part" | "done"]`. At most 1,024 encoded
-   * bytes. Default `["workpull"]`.
+   * `[...prefix, "epoch" | "meta" | "job" | "accepted" | "flags" | "part" | "completed" |
+   * "done"]`. At most 1,024 encoded bytes. Default `["workpull"]`.
    */
   readonly prefix?: KvKey;
   /**
-   * How many recently completed jobs to remember (one small key each), so that a resubmission
-   * after a restart does not run again. A load reads them all (about 10 µs each), so a larger
-   * window makes a restart slower. Default 2,000 (0..1,000,000; 0 disables).
+   * How many recently completed jobs to remember at least (in one record a commit; up to one
+   * commit's more), so that a resubmission after a restart does not run again. A load reads
+   * them all, so a larger window makes a restart slower. Default 2,000 (0..1,000,000; 0
+   * disables).
    */
   readonly completedWindow?: number;
   /** How long a remembered completion is kept, ms. Default 86,400,000 (a day). */
@@ -119,6 +124,8 @@ interface View {
   readonly jobs: Map<string, KvJobInfo>;
   /** Retained jobs in each accepted run, by the run's first sequence. */
   readonly ranges: Map<number, number>;
+  /** The completed records. */
+  readonly completed: CompletedRing;
   /** Continuation parts of compacted jobs, still to delete. */
   readonly orphans: KvKey[];
 }
@@ -129,15 +136,15 @@ const ATTEMPTS = 3;
 const noop = () => {};
 
 /**
- * The defaults of `completedWindow` (done slots, one per confirmation, by `seq % window`) and
- * `completedRetention` (ms before a done record expires); the raw KV benchmark writes the same.
+ * The defaults of `completedWindow` (completions remembered at least) and `completedRetention`
+ * (ms before a completed record expires); the raw KV benchmark writes the same.
  */
 export const COMPLETED_DEFAULTS = { window: 2_000, retention: 86_400_000 } as const;
 
 /**
  * The Deno KV work queue. Its limits keep every commit inside one Deno KV atomic operation:
  * {@linkcode DenoKvWorkQueue.maxPayloadBytes} 640 KiB, {@linkcode DenoKvWorkQueue.maxMessageIdBytes}
- * 1 KiB, {@linkcode DenoKvWorkQueue.batchLimits} 329 operations and 641 KiB with the default
+ * 1 KiB, {@linkcode DenoKvWorkQueue.batchLimits} 325 operations and 641 KiB with the default
  * prefix. The KV handle stays the caller's to close.
  *
  * @example Store, accept and reload on an in-memory KV
@@ -308,31 +315,39 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
 
   async #adopt(snapshot: Snapshot, epoch: number, epochVs: string): Promise<LoadResult> {
     const { currentSeq, jobs, ranges, orphans, metaVs } = snapshot;
-    const view: View = { epoch, epochVs, metaVs, currentSeq, jobs, ranges, orphans };
+    const completed = new CompletedRing(snapshot.completed);
+    const view: View = { epoch, epochVs, metaVs, currentSeq, jobs, ranges, completed, orphans };
     this.#view = view;
     await this.#collectGarbage(view);
-    const recentlyCompleted = await this.#readCompleted(jobs);
+    const recentlyCompleted = await this.#readCompleted(jobs, snapshot.completedJobs);
     return { epoch, state: { currentSeq, unconfirmed: snapshot.unconfirmed, recentlyCompleted } };
   }
 
-  /** The remembered completions, oldest first, without jobs that are retained again. */
-  async #readCompleted(retained: ReadonlyMap<string, unknown>): Promise<CompletedMessage[]> {
+  /**
+   * The remembered completions (the completed records' jobs, and any format version 1 `done`
+   * keys not yet expired), oldest first, without jobs that are retained again.
+   */
+  async #readCompleted(
+    retained: ReadonlyMap<string, unknown>,
+    remembered: readonly CompletedEntry[],
+  ): Promise<CompletedMessage[]> {
     if (this.#completedWindow === 0) return [];
     const latest = new Map<string, number>();
-    // Large pages: a restart reads up to completedWindow of these before its first delivery.
+    const note = (done: CompletedEntry) => {
+      if (retained.has(done.messageId)) return;
+      if ((latest.get(done.messageId) ?? 0) < done.seq) latest.set(done.messageId, done.seq);
+    };
     const entries = this.#kv.list({ prefix: this.#layout.donePrefix }, {
       batchSize: KV_LIMITS.maxListBatch,
     });
     for await (const entry of entries) {
-      let done;
       try {
-        done = decodeDone(entry.value);
+        note(decodeDone(entry.value));
       } catch {
         continue; // a hint only: an unreadable one is skipped
       }
-      if (retained.has(done.messageId)) continue;
-      if ((latest.get(done.messageId) ?? 0) < done.seq) latest.set(done.messageId, done.seq);
     }
+    for (const done of remembered) note(done);
     return [...latest].map(([messageId, seq]) => ({ messageId, seq })).sort((a, b) =>
       a.seq - b.seq
     );
@@ -373,7 +388,8 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
     const snapshot = await readStableSnapshot(this.#kv, this.#layout, { payloads: false, epoch });
     const { currentSeq, jobs, ranges, metaVs } = snapshot;
     const epochVs = snapshot.epochVs!;
-    const synced = { epoch, epochVs, metaVs, currentSeq, jobs, ranges, orphans: [] };
+    const completed = new CompletedRing(snapshot.completed);
+    const synced = { epoch, epochVs, metaVs, currentSeq, jobs, ranges, completed, orphans: [] };
     this.#view = synced;
     return synced;
   }
@@ -399,8 +415,9 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
       return { stored: plan.stored };
     }
     signal?.throwIfAborted();
-    const { atomic, orphans } = this.#encode(view, plan);
+    const { atomic, orphans, completed } = this.#encode(view, plan);
     view.metaVs = await this.#commit(atomic);
+    if (completed) view.completed.apply(completed);
     view.currentSeq = plan.currentSeq;
     for (const [id, info] of plan.updates) {
       if (info) view.jobs.set(id, info);
@@ -416,13 +433,18 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
   }
 
   /** Turns a plan into one atomic commit fenced on the view's epoch and meta versionstamps. */
-  #encode(view: View, plan: BatchPlan): { atomic: MeasuredAtomic; orphans: KvKey[] } {
+  #encode(
+    view: View,
+    plan: BatchPlan,
+  ): { atomic: MeasuredAtomic; orphans: KvKey[]; completed: CompletedWrites | undefined } {
     const layout = this.#layout;
     const sizes = layout.keySizes;
     const atomic = new MeasuredAtomic(this.#kv.atomic())
       .check(layout.epochKey, sizes.epoch, view.epochVs)
       .check(layout.metaKey, sizes.meta, view.metaVs);
     const orphans: KvKey[] = [];
+    const remember = this.#completedWindow > 0;
+    const done: CompletedEntry[] = [];
     for (const write of plan.writes) {
       if (write.kind === "create") {
         const { messageId, messageIdBytes, payload, payloadBytes } = write.job;
@@ -443,16 +465,20 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
       } else {
         atomic.delete(layout.jobKey(write.seq), sizes.job);
         if (write.hadFlags) atomic.delete(layout.flagsKey(write.seq), sizes.flags);
-        if (this.#completedWindow > 0) {
-          const slot = write.seq % this.#completedWindow;
-          const done = encodeDone(write.messageId, write.seq);
-          atomic.set(layout.doneKey(slot), sizes.done, done, this.#completedRetention);
-        }
+        if (remember) done.push({ messageId: write.messageId, seq: write.seq });
         for (let n = 1; n <= write.parts; n++) orphans.push(layout.partKey(write.seq, n));
       }
     }
+    let completed: CompletedWrites | undefined;
+    if (done.length > 0) {
+      completed = view.completed.plan(done, this.#completedWindow);
+      for (const { n, value } of completed.sets) {
+        atomic.set(layout.completedKey(n), sizes.completed, value, this.#completedRetention);
+      }
+      for (const n of completed.deletes) atomic.delete(layout.completedKey(n), sizes.completed);
+    }
     atomic.set(layout.metaKey, sizes.meta, encodeMeta(plan.currentSeq));
-    return { atomic, orphans };
+    return { atomic, orphans, completed };
   }
 
   /** Commits; a failed check means a stale view or fencing, which the caller sorts out. */

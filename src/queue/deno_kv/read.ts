@@ -14,7 +14,9 @@ import { KV_LIMITS, type KvEntryLike, type KvKey, type KvLike } from "./port.ts"
 import type { KvQueueLayout } from "./layout.ts";
 import {
   checkPart,
+  type CompletedEntry,
   decodeAccepted,
+  decodeCompleted,
   type DecodedJob,
   decodeEpoch,
   decodeFlags,
@@ -25,6 +27,7 @@ import {
   malformed,
 } from "./codec.ts";
 import type { KvJobInfo } from "./plan.ts";
+import type { CompletedRecordInfo } from "./completed.ts";
 
 /** The versionstamps of the epoch and meta keys at one instant. */
 export interface Stamps {
@@ -44,6 +47,10 @@ export interface Snapshot extends Stamps {
   readonly jobs: Map<string, KvJobInfo>;
   /** Retained jobs in each accepted run, by the run's first sequence. */
   readonly ranges: Map<number, number>;
+  /** The completed records, oldest first. */
+  readonly completed: CompletedRecordInfo[];
+  /** The jobs the readable completed records hold (empty unless payloads were read). */
+  readonly completedJobs: CompletedEntry[];
   /** Accepted, unconfirmed jobs in ascending sequence (empty unless payloads were read). */
   readonly unconfirmed: UnconfirmedMessage[];
   /** Continuation parts whose job is gone (empty unless payloads were read). */
@@ -146,6 +153,7 @@ export async function readSnapshot(
       flags.set(seq, decodeFlags(entry.value, seq));
     }
     const runs = await readRuns(kv, layout);
+    const { completed, completedJobs } = await readCompletedRecords(kv, layout, options.payloads);
     const ranges = new Map<number, number>();
     let run = 0;
     const jobs = new Map<string, KvJobInfo>();
@@ -174,7 +182,8 @@ export async function readSnapshot(
     const empty = runs.find(([first]) => !ranges.has(first));
     if (empty) throw malformed(`the accepted run at seq ${empty[0]} holds no job`);
     if (!options.payloads) {
-      return { ...stamps, epoch, currentSeq, jobs, ranges, unconfirmed: [], orphans: [] };
+      const rest = { completed, completedJobs, unconfirmed: [], orphans: [] };
+      return { ...stamps, epoch, currentSeq, jobs, ranges, ...rest };
     }
     const { parts, orphans } = await readParts(kv, layout, bySeq);
     const unconfirmed = accepted.map((job) => ({
@@ -182,7 +191,8 @@ export async function readSnapshot(
       seq: job.seq,
       payload: joinPayload(job, parts.get(job.seq) ?? []),
     }));
-    return { ...stamps, epoch, currentSeq, jobs, ranges, unconfirmed, orphans };
+    const rest = { completed, completedJobs, unconfirmed, orphans };
+    return { ...stamps, epoch, currentSeq, jobs, ranges, ...rest };
   } catch (error) {
     if (!(error instanceof QueueConflictError)) throw error;
     const [epochAgain, metaAgain] = await kv.getMany([layout.epochKey, layout.metaKey]);
@@ -281,6 +291,32 @@ export async function readPayloads(
     });
   }
   return new Map(decoded.map((job) => [job.messageId, joinPayload(job, parts.get(job.seq) ?? [])]));
+}
+
+/**
+ * The completed records and, with `jobs`, the jobs they hold. They are hints: a record that
+ * cannot be read counts as one job, to be deleted in its turn, and holds none.
+ */
+async function readCompletedRecords(
+  kv: KvLike,
+  layout: KvQueueLayout,
+  jobs: boolean,
+): Promise<{ completed: CompletedRecordInfo[]; completedJobs: CompletedEntry[] }> {
+  const completed: CompletedRecordInfo[] = [];
+  const completedJobs: CompletedEntry[] = [];
+  for await (const entry of list(kv, layout.completedPrefix)) {
+    const n = layout.parse(entry.key, "completed")?.[0];
+    if (n === undefined) continue; // not one of ours to count or delete
+    let held: CompletedEntry[] = [];
+    try {
+      held = decodeCompleted(entry.value);
+    } catch {
+      // unreadable: counted as one job below, holding none
+    }
+    completed.push({ n, count: Math.max(1, held.length) });
+    if (jobs) completedJobs.push(...held);
+  }
+  return { completed, completedJobs };
 }
 
 /** The accepted runs as `[first, last]`, ascending; overlapping runs are malformed. */

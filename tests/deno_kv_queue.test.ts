@@ -485,6 +485,25 @@ describe(`DenoKvWorkQueue (${CLIENT})`, () => {
     });
   });
 
+  test("remembers a job stored, accepted and confirmed in one batch, writing no job key", async () => {
+    await withKv(async (kv) => {
+      const queue = new DenoKvWorkQueue(kv);
+      const { epoch } = await queue.load();
+      await queue.commit(epoch, {
+        store: { firstSeq: 1, jobs: [{ messageId: "quick", payload: "1" }] },
+        accept: ["quick"],
+        confirm: ["quick"],
+      });
+      assert.deepEqual(await keysUnder(kv, ["workpull"]), [
+        "workpull/completed/1",
+        "workpull/epoch",
+        "workpull/meta",
+      ]);
+      const reloaded = await new DenoKvWorkQueue(kv).load();
+      assert.deepEqual(reloaded.state.recentlyCompleted, [{ messageId: "quick", seq: 1 }]);
+    });
+  });
+
   test("a smaller completedWindow shrinks the completed records by one a job, never all at once", async () => {
     await withKv(async (kv) => {
       const wide = new DenoKvWorkQueue(kv, { completedWindow: 100 });

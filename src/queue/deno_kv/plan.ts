@@ -87,6 +87,8 @@ export type PlannedWrite =
     readonly seq: number;
     readonly parts: number;
     readonly hadFlags: boolean;
+    /** Whether its job key exists (false: stored, accepted and confirmed in this batch). */
+    readonly written: boolean;
   }
   /** Write the `accepted` range record of the jobs at `first..last`. */
   | { readonly kind: "range"; readonly first: number; readonly last: number }
@@ -209,11 +211,14 @@ function finish(
       if (!done) {
         const flags = confirmed ? { accepted, confirmed } : undefined;
         writes.push({ kind: "create", seq, job: draft.job!, flags });
+      } else {
+        // Never written, but completed all the same: remembered like any other.
+        writes.push({ kind: "compact", messageId, seq, parts: 0, hadFlags: false, written: false });
       }
     } else if (done) {
       // A flags record exists for a job confirmed first, or accepted by format version 1.
       const hadFlags = initial.confirmed || initial.accepted && initial.range === 0;
-      writes.push({ kind: "compact", messageId, seq, parts, hadFlags });
+      writes.push({ kind: "compact", messageId, seq, parts, hadFlags, written: true });
       if (initial.range !== 0) leaveRange(initial.range, ranges, writes, rangeUpdates);
     } else if (initial.confirmed !== confirmed) {
       writes.push({ kind: "flags", seq, flags: { accepted, confirmed } });

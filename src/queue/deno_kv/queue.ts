@@ -463,7 +463,7 @@ export class DenoKvWorkQueue implements DurableWorkQueue {
       } else if (write.kind === "unrange") {
         atomic.delete(layout.acceptedKey(write.first), sizes.accepted);
       } else {
-        atomic.delete(layout.jobKey(write.seq), sizes.job);
+        if (write.written) atomic.delete(layout.jobKey(write.seq), sizes.job);
         if (write.hadFlags) atomic.delete(layout.flagsKey(write.seq), sizes.flags);
         if (remember) done.push({ messageId: write.messageId, seq: write.seq });
         for (let n = 1; n <= write.parts; n++) orphans.push(layout.partKey(write.seq, n));

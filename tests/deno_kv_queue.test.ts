@@ -425,10 +425,10 @@ describe(`DenoKvWorkQueue (${CLIENT})`, () => {
     });
   });
 
-  test("fits a batch of compactions that each end an accepted run in one commit", async () => {
+  test("fits a batch of compactions that each end an accepted run in one commit, with the deletes of old completed records", async () => {
     for (const prefix of [["workpull"], ["p".repeat(997)]]) {
       await withKv(async (kv) => {
-        const queue = new DenoKvWorkQueue(kv, { prefix });
+        const queue = new DenoKvWorkQueue(kv, { prefix, completedWindow: 1_000 });
         const { maxOperations, maxBytes } = queue.batchLimits;
         const { epoch } = await queue.load();
         // The longest MessageIDs the byte limit lets a full batch carry, at most 1 KiB.
@@ -441,13 +441,24 @@ describe(`DenoKvWorkQueue (${CLIENT})`, () => {
           }));
           await queue.commit(epoch, { store: { firstSeq: round * maxOperations + 1, jobs } });
         }
+        // Twenty small completed records, for the full batch to delete as many as it may.
+        for (let n = 1; n <= 20; n++) {
+          const firstSeq = 2 * maxOperations + n;
+          const jobs = [{ messageId: `small-${n}`, payload: "1" }];
+          await queue.commit(epoch, { store: { firstSeq, jobs }, accept: [`small-${n}`] });
+          await queue.confirmMessage(epoch, `small-${n}`);
+        }
         // Every other job: each its own run, so each compaction also deletes a run's record.
         const alternate = Array.from({ length: maxOperations }, (_, i) => id(2 * i));
         await queue.commit(epoch, { accept: alternate });
         assert.equal((await keysUnder(kv, [...prefix, "accepted"])).length, maxOperations);
-        await queue.commit(epoch, { confirm: alternate });
+        const narrow = new DenoKvWorkQueue(kv, { prefix, completedWindow: 1 });
+        const { epoch: epoch2 } = await narrow.load();
+        await narrow.commit(epoch2, { confirm: alternate });
         assert.deepEqual(await keysUnder(kv, [...prefix, "accepted"]), []);
         assert.equal((await keysUnder(kv, [...prefix, "job"])).length, maxOperations);
+        const records = (await keysUnder(kv, [...prefix, "completed"])).length;
+        assert.ok(records >= 20 - 16 + 1 && records <= 20 - 16 + 12, `${records} records`);
       });
     }
   });
@@ -504,22 +515,22 @@ describe(`DenoKvWorkQueue (${CLIENT})`, () => {
     });
   });
 
-  test("a smaller completedWindow shrinks the completed records by one a job, never all at once", async () => {
+  test("a smaller completedWindow cuts the completed records back, at most 16 a commit", async () => {
     await withKv(async (kv) => {
       const wide = new DenoKvWorkQueue(kv, { completedWindow: 100 });
       const { epoch } = await wide.load();
-      const ids = Array.from({ length: 8 }, (_, i) => `j${i}`);
+      const ids = Array.from({ length: 22 }, (_, i) => `j${i}`);
       const jobs = ids.map((id) => ({ messageId: id, payload: payload(id) }));
       await wide.commit(epoch, { store: { firstSeq: 1, jobs }, accept: ids });
-      for (const id of ids.slice(0, 6)) await wide.confirmMessage(epoch, id);
+      for (const id of ids.slice(0, 20)) await wide.confirmMessage(epoch, id);
       const records = () => keysUnder(kv, ["workpull", "completed"]);
-      assert.equal((await records()).length, 6);
+      assert.equal((await records()).length, 20);
       const narrow = new DenoKvWorkQueue(kv, { completedWindow: 1 });
       const { epoch: epoch2 } = await narrow.load();
-      await narrow.confirmMessage(epoch2, "j6");
-      assert.equal((await records()).length, 6, "one job remembered, one record deleted");
-      await narrow.confirmMessage(epoch2, "j7");
-      assert.deepEqual((await records()).slice(0, 1), ["workpull/completed/3"]);
+      await narrow.confirmMessage(epoch2, "j20");
+      assert.equal((await records()).length, 20 + 1 - 16, "records 1 to 16 deleted");
+      await narrow.confirmMessage(epoch2, "j21");
+      assert.deepEqual(await records(), ["workpull/completed/22"]);
     });
   });
 
@@ -733,7 +744,7 @@ describe(`DenoKvWorkQueue (${CLIENT})`, () => {
     await withKv(async (kv) => {
       const queue = new DenoKvWorkQueue(kv);
       const { maxOperations, maxBytes } = queue.batchLimits;
-      assert.deepEqual(queue.batchLimits, { maxOperations: 325, maxBytes: 656_384 });
+      assert.deepEqual(queue.batchLimits, { maxOperations: 480, maxBytes: 656_384 });
       const { epoch } = await queue.load();
       const ids = Array.from({ length: maxOperations + 1 }, (_, i) => `j${i}`);
       const tooMany = {
@@ -755,7 +766,7 @@ describe(`DenoKvWorkQueue (${CLIENT})`, () => {
   test("fits full batches in one atomic commit under a 1,000-byte prefix", async () => {
     const prefix = ["p".repeat(997)];
     const { maxOperations } = new KvQueueLayout(prefix).batchLimits;
-    assert.ok(maxOperations >= 30 && maxOperations < 325, `maxOperations ${maxOperations}`);
+    assert.ok(maxOperations >= 30 && maxOperations < 480, `maxOperations ${maxOperations}`);
     const full = workQueueConformanceCases(memoryKvFactory(prefix))
       .filter((rule) =>
         rule.name === "batches at batchLimits are accepted" ||

@@ -5,10 +5,10 @@
  *
  * Records are numbered in commit order. After each commit the oldest records are deleted while
  * the rest still hold `completedWindow` jobs, so at least the last `completedWindow` completions
- * are remembered, and at most one commit's more. A commit deletes no more records than it
- * remembers jobs (one mutation a job at most, which `batchLimits` count), and never one it wrote:
- * a ring that is over its window (a smaller `completedWindow` than before) shrinks over a few
- * commits.
+ * are remembered, and at most one commit's more. A commit deletes at most
+ * {@linkcode MAX_COMPLETED_DELETES} records (a number `batchLimits` set aside, so that deletes
+ * cost no mutations per job), and never one it wrote: a ring that is over its window (a smaller
+ * `completedWindow` than before) shrinks over a few commits.
  *
  * @module
  */
@@ -37,6 +37,12 @@ export interface CompletedWrites {
   /** Numbers of the oldest records to delete, oldest first. */
   readonly deletes: readonly number[];
 }
+
+/**
+ * The most records one commit deletes. A commit usually writes one, so a ring within its window
+ * deletes one or two a commit.
+ */
+export const MAX_COMPLETED_DELETES = 16;
 
 /** The largest completed record: one KV value. */
 export const MAX_COMPLETED_RECORD_BYTES: number = KV_LIMITS.maxValueBytes;
@@ -97,7 +103,7 @@ export class CompletedRing {
     if (chunk.length > 0) flush();
     let total = this.#total + entries.length;
     const deletes: number[] = [];
-    for (let i = 0; i < this.#records.length && deletes.length < entries.length; i++) {
+    for (let i = 0; i < this.#records.length && deletes.length < MAX_COMPLETED_DELETES; i++) {
       const oldest = this.#records.at(i)!;
       if (total - oldest.count < window) break;
       total -= oldest.count;

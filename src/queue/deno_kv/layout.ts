@@ -22,7 +22,7 @@
 
 import { KV_LIMITS, type KvKey, type KvKeyPart } from "./port.ts";
 import { COMPLETED_BOUNDS, headCapacity, RECORD_BOUNDS } from "./codec.ts";
-import { maxCompletedRecords } from "./completed.ts";
+import { MAX_COMPLETED_DELETES, maxCompletedRecords } from "./completed.ts";
 
 const MAX_PREFIX_BYTES = 1_024;
 const MAX_PAYLOAD_BYTES = 640 * 1_024;
@@ -107,7 +107,7 @@ export interface KeySizes {
  * const layout = new KvQueueLayout(["workpull"]);
  * console.assert(layout.jobKey(7).join("/") === "workpull/job/7");
  * console.assert(layout.maxPayloadBytes === 655_360);
- * console.assert(layout.batchLimits.maxOperations === 325);
+ * console.assert(layout.batchLimits.maxOperations === 480);
  * ```
  */
 export class KvQueueLayout {
@@ -237,13 +237,14 @@ export class KvQueueLayout {
 }
 
 /**
- * The size of one group commit. Per operation the adapter writes at most three mutations (a job,
- * flags or accepted set; or compaction's delete of the job, the delete of its flags or of its
- * run's accepted record, and the delete of at most one old `completed` record), at most one set
- * key, and the bytes of its keys and records; MessageID and payload bytes are counted in
- * `maxBytes` (a compaction's entry in a `completed` record repeats the MessageID a confirm already
- * counted there). Continuation parts of the payloads that `maxBytes` can carry, the `completed`
- * records of a full batch, the epoch and meta checks and the meta record are added on top.
+ * The size of one group commit. Per operation the adapter writes at most two mutations (a job,
+ * flags or accepted set; or compaction's delete of the job and the delete of its flags or of its
+ * run's accepted record: a job has one or the other, never both), at most one set key, and the
+ * bytes of its keys and records; MessageID and payload bytes are counted in `maxBytes` (a
+ * compaction's entry in a `completed` record repeats the MessageID a confirm already counted
+ * there). Continuation parts of the payloads that `maxBytes` can carry, the `completed` records
+ * of a full batch and the deletes of old ones, the epoch and meta checks and the meta record are
+ * added on top.
  */
 function deriveBatchLimits(keys: KeySizes): { maxOperations: number; maxBytes: number } {
   const maxBytes = MAX_PAYLOAD_BYTES + RECORD_BOUNDS.maxMessageIdBytes;
@@ -254,13 +255,15 @@ function deriveBatchLimits(keys: KeySizes): { maxOperations: number; maxBytes: n
   const marker = Math.max(keys.flags, keys.accepted);
   const perOperation = Math.max(
     2 * Math.max(keys.job, marker) + record, // a job, flags or accepted set
-    keys.job + marker + keys.completed + COMPLETED_BOUNDS.perJob, // a compaction
+    keys.job + marker + COMPLETED_BOUNDS.perJob, // a compaction
   );
   // Records for maxBytes of MessageIDs and the per-job header of a generous 1,000 jobs.
   const records = maxCompletedRecords(maxBytes, KV_LIMITS.maxMutations);
+  const ring = records + MAX_COMPLETED_DELETES;
   const fixed = keys.epoch + keys.meta + 2 * keys.meta + record +
-    records * (2 * keys.completed + COMPLETED_BOUNDS.fixed);
-  const byMutations = Math.floor((KV_LIMITS.maxMutations - 1 - maxParts - records) / 3);
+    records * (2 * keys.completed + COMPLETED_BOUNDS.fixed) +
+    MAX_COMPLETED_DELETES * keys.completed;
+  const byMutations = Math.floor((KV_LIMITS.maxMutations - 1 - maxParts - ring) / 2);
   const byBytes = Math.floor(
     (KV_LIMITS.maxMutationBytes - fixed - maxParts * 2 * keys.part - maxBytes) / perOperation,
   );

@@ -144,7 +144,7 @@ export const COMPLETED_DEFAULTS = { window: 2_000, retention: 86_400_000 } as co
 /**
  * The Deno KV work queue. Its limits keep every commit inside one Deno KV atomic operation:
  * {@linkcode DenoKvWorkQueue.maxPayloadBytes} 640 KiB, {@linkcode DenoKvWorkQueue.maxMessageIdBytes}
- * 1 KiB, {@linkcode DenoKvWorkQueue.batchLimits} 325 operations and 641 KiB with the default
+ * 1 KiB, {@linkcode DenoKvWorkQueue.batchLimits} 480 operations and 641 KiB with the default
  * prefix. The KV handle stays the caller's to close.
  *
  * @example Store, accept and reload on an in-memory KV

@@ -7,8 +7,9 @@
  * the adapter's own writes done directly with `Deno.openKv` atomics, same keys and values
  * (store the jobs and rewrite meta; accept them with one record a run; delete them when
  * confirmed and remember them in one completed record — three commits, each checking the epoch
- * and meta versionstamps as the adapter does), one job per commit and 100 jobs per commit. Deno only (Bun reaches Deno KV files through npm `@deno/kv`,
- * which `bench/durable_throughput.ts` covers).
+ * and meta versionstamps as the adapter does), one job per commit and 100 jobs per commit. Deno
+ * only (Bun reaches Deno KV files through npm `@deno/kv`, which `bench/durable_throughput.ts`
+ * covers).
  *
  * The same system also runs with a **remote producer** (the durable path through `POST /jobs`):
  * a separate process (`http_producer.ts`) posts the jobs in batches of

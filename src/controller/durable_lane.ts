@@ -7,7 +7,8 @@
  * first, but waiting confirmations keep up to half of a unit's operations, so a producer that
  * always has work cannot starve them. A Store or Accept larger than one unit is split across
  * consecutive units; each is atomic on its own, and a crash between them is healed by
- * first-write-wins when the producer resubmits. Queues without `commit` get the same units applied one operation at a time.
+ * first-write-wins when the producer resubmits. Queues without `commit` get the same units
+ * applied one operation at a time.
  *
  * Each unit is retried under the policy (attempts, exponential backoff, a per-attempt timeout
  * that aborts the call). Fenced or conflict errors stop at once and are terminal; other errors,

@@ -14,7 +14,7 @@
  */
 
 import { utf8Length } from "../../core/utf8.ts";
-import { COMPLETED_BOUNDS, type CompletedEntry, encodeCompleted } from "./codec.ts";
+import { COMPLETED_BOUNDS, type CompletedEntry, encodeCompleted, RECORD_BOUNDS } from "./codec.ts";
 import { KV_LIMITS } from "./port.ts";
 import { Deque } from "../../core/deque.ts";
 
@@ -136,8 +136,8 @@ export class CompletedRing {
  * ```
  */
 export function maxCompletedRecords(idBytes: number, jobs: number): number {
-  // Each record but the last is filled to within one job (at most 1 KiB of MessageID) of full.
-  const job = 1_024 + COMPLETED_BOUNDS.perJob;
+  // Each record but the last is filled to within one job (at most one MessageID) of full.
+  const job = RECORD_BOUNDS.maxMessageIdBytes + COMPLETED_BOUNDS.perJob;
   const room = MAX_COMPLETED_RECORD_BYTES - COMPLETED_BOUNDS.fixed - job;
   return Math.ceil((idBytes + jobs * COMPLETED_BOUNDS.perJob) / room) + 1;
 }

@@ -1,8 +1,9 @@
 /**
  * The Deno KV job store: the work-queue contract (the conformance suite), and what only a durable
  * store can show: everything survives a reopen, a newer load fences an older one, a write whose
- * outcome is unknown is healed, and a change too large for one commit is split. Runs on Deno's
- * KV and, under Bun and Node, on npm `@deno/kv`.
+ * outcome is unknown is healed, a change too large for one commit is split, and the keys are
+ * numbered in write order (format version 2) while a version-1 store is read as it is. Runs on
+ * Deno's KV and, under Bun and Node, on npm `@deno/kv`.
  */
 
 import { describe, test } from "node:test";
@@ -12,7 +13,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DenoKvJobStore } from "../src/backlog/deno_kv/job_store.ts";
 import { planJob } from "../src/lifecycle/job_options.ts";
-import { QueueFencedError } from "../src/queue/work_queue.ts";
+import { newRecord } from "../src/lifecycle/job_record.ts";
+import { QueueConflictError, QueueFencedError } from "../src/queue/work_queue.ts";
 import type { KvAtomicLike, KvLike } from "../src/queue/deno_kv/port.ts";
 import { type QueueFactory, runWorkQueueConformance } from "../src/testing/queue_conformance.ts";
 import { SimulatedClock } from "../src/core/clock.ts";
@@ -71,6 +73,18 @@ function lossy(kv: KvLike): KvLike & { loseNext: number } {
   };
   return wrapper;
 }
+
+/** Every key under `prefix` as text, in key order (numbers are slots, strings MessageIDs). */
+async function keysUnder(kv: Deno.Kv, prefix: Deno.KvKey): Promise<string[]> {
+  const keys: string[] = [];
+  for await (const entry of kv.list({ prefix })) {
+    keys.push(entry.key.slice(prefix.length).map((part) => JSON.stringify(part)).join("/"));
+  }
+  return keys;
+}
+
+const encoder = new TextEncoder();
+const json = (value: unknown) => encoder.encode(JSON.stringify(value));
 
 describe(`DenoKvJobStore (${CLIENT})`, () => {
   test("the backlog, job states, tries and dead letters survive a reopen", async () => {
@@ -214,6 +228,131 @@ describe(`DenoKvJobStore (${CLIENT})`, () => {
       const reopened = new DenoKvJobStore(kv, { prefix: ["big"] });
       await reopened.load();
       assert.equal(reopened.counts().waiting, 1500);
+    } finally {
+      kv.close();
+    }
+  });
+
+  test("a job's keys are numbered in write order, not by its MessageID, and keep their slot", async () => {
+    const kv = await openKv(":memory:");
+    try {
+      const clock = new SimulatedClock();
+      const store = new DenoKvJobStore(kv, { prefix: ["slots"], clock });
+      const { epoch } = await store.load();
+      const plan = planJob({}, clock.now());
+      await store.enqueue(["zeta", "alpha", "mid"].map((id) => ({ id, payload: `"${id}"`, plan })));
+      assert.deepEqual(await keysUnder(kv, ["slots", "job"]), ["1", "2", "3"]);
+      assert.deepEqual(await keysUnder(kv, ["slots", "payload"]), ["1/0", "2/0", "3/0"]);
+      const [meta] = await kv.getMany([["slots", "meta"]]);
+      assert.deepEqual(JSON.parse(new TextDecoder().decode(meta.value as Uint8Array)).v, 2);
+      // "zeta" runs to completion: its record moves to the same slot under "done".
+      const [zeta] = await store.take(1);
+      assert.equal(zeta.messageId, "zeta");
+      await store.commit(epoch, {
+        store: { firstSeq: 1, jobs: [{ messageId: "zeta", payload: zeta.payload }] },
+        accept: ["zeta"],
+      });
+      await store.confirmMessage(epoch, "zeta", { outcome: { kind: "completed" } });
+      assert.deepEqual(await keysUnder(kv, ["slots", "done"]), ["1"]);
+      assert.deepEqual(await keysUnder(kv, ["slots", "job"]), ["2", "3"]);
+      assert.deepEqual(await keysUnder(kv, ["slots", "payload"]), ["2/0", "3/0"]);
+      store.close();
+
+      // A reload counts on after every slot in use (the finished ones too): the next job gets 4.
+      const reopened = new DenoKvJobStore(kv, { prefix: ["slots"], clock });
+      await reopened.load();
+      await reopened.enqueue([{ id: "new", payload: '"n"', plan }]);
+      assert.deepEqual(await keysUnder(kv, ["slots", "job"]), ["2", "3", "4"]);
+      assert.equal((await reopened.get("zeta"))?.state, "completed");
+      const again = await reopened.enqueue([{ id: "zeta", payload: '"z"', plan }]);
+      assert.equal(again[0].created, false, "the finished job is found by its MessageID");
+      reopened.close();
+    } finally {
+      kv.close();
+    }
+  });
+
+  test("a store written by format version 1 (keyed by MessageID) is read and written as it is", async () => {
+    const kv = await openKv(":memory:");
+    try {
+      const clock = new SimulatedClock();
+      const plan = planJob({}, clock.now());
+      // What version 1 wrote: a waiting job, a finished one, and the meta record.
+      const waiting = newRecord("old-waiting", plan, clock.now());
+      const done = {
+        ...newRecord("old-done", plan, clock.now()),
+        state: "completed",
+        attempts: 1,
+        finishedAt: clock.now(),
+      };
+      await kv.atomic()
+        .set(["v1", "meta"], json({ v: 1, seq: 7 }))
+        .set(["v1", "job", "old-waiting"], json({ r: waiting, o: 1 }))
+        .set(["v1", "payload", "old-waiting", 0], json({ n: 1 }))
+        .set(["v1", "done", "old-done"], json({ r: done }))
+        .commit();
+      const store = new DenoKvJobStore(kv, { prefix: ["v1"], clock });
+      const { epoch } = await store.load();
+      const resubmitted = await store.enqueue([{ id: "old-done", payload: "1", plan }]);
+      assert.deepEqual([resubmitted[0].created, resubmitted[0].job.state], [false, "completed"]);
+      await store.enqueue([{ id: "new", payload: '"n"', plan }]);
+      assert.deepEqual(await keysUnder(kv, ["v1", "job"]), ['"old-waiting"', "1"]);
+      const [meta] = await kv.getMany([["v1", "meta"]]);
+      assert.deepEqual(JSON.parse(new TextDecoder().decode(meta.value as Uint8Array)), {
+        v: 2,
+        seq: 7,
+      });
+      // The old job runs and completes under its old keys.
+      const [job] = await store.take(1);
+      assert.deepEqual([job.messageId, JSON.parse(job.payload)], ["old-waiting", { n: 1 }]);
+      await store.commit(epoch, {
+        store: { firstSeq: 8, jobs: [{ messageId: job.messageId, payload: job.payload }] },
+        accept: [job.messageId],
+      });
+      await store.confirmMessage(epoch, job.messageId, { outcome: { kind: "completed" } });
+      assert.deepEqual(await keysUnder(kv, ["v1", "job"]), ["1"]);
+      assert.deepEqual(await keysUnder(kv, ["v1", "payload"]), ["1/0"]);
+      assert.deepEqual(await keysUnder(kv, ["v1", "done"]), ['"old-done"', '"old-waiting"']);
+      store.close();
+    } finally {
+      kv.close();
+    }
+  });
+
+  test("a store a newer version wrote is refused by name", async () => {
+    const kv = await openKv(":memory:");
+    try {
+      await kv.set(["v9", "meta"], json({ v: 9, seq: 0 }));
+      const store = new DenoKvJobStore(kv, { prefix: ["v9"] });
+      await assert.rejects(store.load(), (error: unknown) => {
+        assert.ok(error instanceof QueueConflictError);
+        assert.match(error.message, /a newer workpull wrote it \(format version 9/);
+        return true;
+      });
+    } finally {
+      kv.close();
+    }
+  });
+
+  test("after a write whose answer was lost, finished jobs are still known", async () => {
+    const kv = await openKv(":memory:");
+    try {
+      const handle = lossy(kv as unknown as KvLike);
+      const store = new DenoKvJobStore(handle, { prefix: ["healed"] });
+      const { epoch } = await store.load();
+      const plan = planJob({}, Date.now());
+      await store.enqueue([{ id: "done", payload: "1", plan }]);
+      const [job] = await store.take(1);
+      await store.commit(epoch, {
+        store: { firstSeq: 1, jobs: [{ messageId: "done", payload: job.payload }] },
+        accept: ["done"],
+      });
+      await store.confirmMessage(epoch, "done", { outcome: { kind: "completed" } });
+      handle.loseNext = 1;
+      await assert.rejects(store.enqueue([{ id: "b", payload: "2", plan }]), /connection reset/);
+      const again = await store.enqueue([{ id: "done", payload: "1", plan }]);
+      assert.deepEqual([again[0].created, again[0].job.state], [false, "completed"]);
+      assert.deepEqual(await keysUnder(kv, ["healed", "job"]), ["2"], "b landed once, in slot 2");
     } finally {
       kv.close();
     }

@@ -34,12 +34,12 @@ async function fenced(kv: Deno.Kv) {
   return { keys, commit };
 }
 
-/** Ids and records of `jobs` new jobs. */
+/** Ids, slots (as the store's journal numbers them) and records of `jobs` new jobs. */
 function newJobs(jobs: number) {
   const now = Date.now();
   return Array.from({ length: jobs }, (_, i) => {
     const id = crypto.randomUUID();
-    return { id, n: i, record: newRecord(id, planJob({}, now), now) };
+    return { id, n: i, slot: i + 1, record: newRecord(id, planJob({}, now), now) };
   });
 }
 
@@ -64,8 +64,8 @@ export async function rawBacklogIngest(
     const batch = all.slice(first, first + perCommit);
     await commit((atomic) => {
       for (const job of batch) {
-        atomic.set(keys.job(job.id), encodeEntry({ record: job.record, order: job.n }));
-        atomic.set(keys.payload(job.id, 0), encoder.encode(JSON.stringify({ n: job.n })));
+        atomic.set(keys.job(job.slot), encodeEntry({ record: job.record, order: job.n }));
+        atomic.set(keys.payload(job.slot, 0), encoder.encode(JSON.stringify({ n: job.n })));
       }
     });
   }
@@ -93,8 +93,8 @@ export async function rawBacklogDrain(
     const batch = all.slice(first, first + perCommit);
     await commit((atomic) => {
       for (const job of batch) {
-        atomic.set(keys.job(job.id), encodeEntry({ record: job.record, order: job.n }));
-        atomic.set(keys.payload(job.id, 0), encoder.encode(JSON.stringify({ n: job.n })));
+        atomic.set(keys.job(job.slot), encodeEntry({ record: job.record, order: job.n }));
+        atomic.set(keys.payload(job.slot, 0), encoder.encode(JSON.stringify({ n: job.n })));
       }
     });
   }
@@ -106,16 +106,16 @@ export async function rawBacklogDrain(
     await commit((atomic) => {
       batch.forEach((job, i) => {
         const active = { seq: first + i + 1, accepted: true, confirmed: false, outcome: undefined };
-        atomic.set(keys.job(job.id), encodeEntry({ record: taken[i], active }));
+        atomic.set(keys.job(job.slot), encodeEntry({ record: taken[i], active }));
       });
       atomic.set(keys.meta, encodeMeta(first + batch.length));
     });
     await commit((atomic) => {
       batch.forEach((job, i) => {
         const done = finishTry(taken[i], { kind: "completed" }, DEFAULTS, now, Math.random);
-        atomic.delete(keys.job(job.id));
-        atomic.set(keys.done(job.id), encodeEntry({ record: done }), { expireIn: RETENTION });
-        atomic.delete(keys.payload(job.id, 0));
+        atomic.delete(keys.job(job.slot));
+        atomic.set(keys.done(job.slot), encodeEntry({ record: done }), { expireIn: RETENTION });
+        atomic.delete(keys.payload(job.slot, 0));
       });
     });
   }

@@ -690,7 +690,12 @@ export class JobStoreEngine implements JobStore {
       if (!this.#loaded) throw new Error("Cannot use the job store before load()");
       if (this.#stale) {
         const snapshot = await this.#journal.reread(this.#epoch, options?.signal);
-        if (snapshot) this.#restore(snapshot);
+        if (snapshot) {
+          // The snapshot holds the live jobs: the finished ones are read again, as after a load.
+          this.#restore(snapshot);
+          this.#finishedRead = false;
+          this.#readFinished(this.#epoch);
+        }
         this.#stale = false;
       }
       if (!this.#finishedRead && mentions.length > 0) {

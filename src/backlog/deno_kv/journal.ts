@@ -12,10 +12,13 @@
  * - **Errors.** `database is locked` means not applied and is rethrown (retriable). Any other
  *   failed commit has an unknown outcome; the store then re-reads the journal (`reread`) before
  *   its next call.
+ * - **Slots.** Each job's keys are numbered by its slot (`records.ts`), which the journal hands out
+ *   in write order and remembers per MessageID; a load continues after the highest slot in use.
  * - **Finished jobs** (completed, cancelled) move to their own keys, written with `expireIn` of
  *   the retention (KV forgets them even if the store's count-based eviction never gets to
  *   them). A load reads only the live jobs, so a restart does not wait for the history; the
- *   finished ones are read afterwards, and looked up one by one until then.
+ *   finished ones are read afterwards, and a call that mentions a MessageID the store does not
+ *   know waits for that read (the history is keyed by slot, not by MessageID).
  *
  * @module
  */
@@ -30,6 +33,8 @@ import {
   decodeMeta,
   encodeEntry,
   encodeMeta,
+  FORMAT_VERSION,
+  type JobSlot,
   JobStoreKeys,
   joinPayload,
   malformed,
@@ -58,6 +63,16 @@ export class DenoKvJournal implements Journal {
   #epoch = 0;
   /** How many parts each kept payload has (so a delete removes exactly those). */
   readonly #parts = new Map<string, number>();
+  /** Each known job's slot, by MessageID: live jobs from the load, finished ones once read. */
+  readonly #slots = new Map<string, JobSlot>();
+  /** The slot the next new job gets. */
+  #nextSlot = 1;
+  /** The append cursor as last read or written. */
+  #currentSeq = 0;
+  /** Whether the meta record says this format version (else the next commit writes it). */
+  #metaCurrent = false;
+  /** The read of the finished jobs since the last load or re-read. */
+  #history: Promise<JournalEntry[]> | undefined;
 
   /** A journal under `prefix`; finished jobs expire after `retention` ms. */
   constructor(kv: KvLike, prefix: KvKey, retention: number) {
@@ -122,6 +137,19 @@ export class DenoKvJournal implements Journal {
       if (payload === undefined) this.#parts.delete(id);
       else this.#parts.set(id, splitPayload(payload).length);
     }
+    for (const [id, entry] of change.entries) if (!entry) this.#slots.delete(id);
+    if (change.currentSeq !== undefined) this.#currentSeq = change.currentSeq;
+    this.#metaCurrent = true;
+  }
+
+  /** A job's slot: the one it has, or the next one for a job not written before. */
+  #slot(id: string): JobSlot {
+    let slot = this.#slots.get(id);
+    if (slot === undefined) {
+      slot = this.#nextSlot++;
+      this.#slots.set(id, slot);
+    }
+    return slot;
   }
 
   /** The writes of one change. */
@@ -129,13 +157,15 @@ export class DenoKvJournal implements Journal {
     const writes: Write[] = [];
     const keys = this.#keys;
     for (const [id, entry] of change.entries) {
-      const was = change.wereFinished.has(id) ? keys.done(id) : keys.job(id);
+      if (!entry && !this.#slots.has(id)) continue; // never written
+      const slot = this.#slot(id);
+      const was = change.wereFinished.has(id) ? keys.done(slot) : keys.job(slot);
       if (!entry) {
         writes.push({ kind: "delete", key: was });
         continue;
       }
       const finished = entry.record.state === "completed" || entry.record.state === "cancelled";
-      const key = finished ? keys.done(id) : keys.job(id);
+      const key = finished ? keys.done(slot) : keys.job(slot);
       if (was[was.length - 2] !== key[key.length - 2]) writes.push({ kind: "delete", key: was });
       writes.push({
         kind: "set",
@@ -146,16 +176,19 @@ export class DenoKvJournal implements Journal {
     }
     for (const [id, payload] of change.payloads) {
       const before = this.#parts.get(id) ?? 0;
+      if (payload === undefined && before === 0) continue;
+      const slot = this.#slot(id);
       const parts = payload === undefined ? [] : splitPayload(payload);
       parts.forEach((part, n) =>
-        writes.push({ kind: "set", key: keys.payload(id, n), value: part })
+        writes.push({ kind: "set", key: keys.payload(slot, n), value: part })
       );
       for (let n = parts.length; n < before; n++) {
-        writes.push({ kind: "delete", key: keys.payload(id, n) });
+        writes.push({ kind: "delete", key: keys.payload(slot, n) });
       }
     }
-    if (change.currentSeq !== undefined) {
-      writes.push({ kind: "set", key: keys.meta, value: encodeMeta(change.currentSeq) });
+    if (change.currentSeq !== undefined || !this.#metaCurrent) {
+      const currentSeq = change.currentSeq ?? this.#currentSeq;
+      writes.push({ kind: "set", key: keys.meta, value: encodeMeta(currentSeq) });
     }
     return writes;
   }
@@ -187,33 +220,39 @@ export class DenoKvJournal implements Journal {
     if (batch.length > 0) yield batch;
   }
 
-  /** Every retained finished job. */
-  async readFinished(): Promise<JournalEntry[]> {
+  /** Every retained finished job (one read per load or re-read, shared by its callers). */
+  readFinished(): Promise<JournalEntry[]> {
+    const history = this.#history ??= this.#readHistory();
+    // A failed read (a closed handle, a backend error) is tried again by the next caller.
+    history.catch(() => {
+      if (this.#history === history) this.#history = undefined;
+    });
+    return history;
+  }
+
+  /** The retained finished jobs among `ids`: the history is read once, then filtered. */
+  async lookupFinished(ids: readonly string[]): Promise<JournalEntry[]> {
+    const wanted = new Set(ids);
+    return (await this.readFinished()).filter((entry) => wanted.has(entry.record.id));
+  }
+
+  async #readHistory(): Promise<JournalEntry[]> {
     const entries: JournalEntry[] = [];
     const depth = this.#keys.prefix.length;
     for await (const entry of list(this.#kv, this.#keys.finished)) {
-      const id = entry.key[depth + 1];
-      if (typeof id !== "string") continue; // a hint only: an unreadable one is skipped
+      const slot = entry.key[depth + 1];
+      if (!isSlot(slot)) continue; // a hint only: an unreadable one is skipped
+      let read: JournalEntry;
       try {
-        entries.push(decodeEntry(entry.value, id));
+        read = decodeEntry(entry.value, `finished job ${slot}`, keyId(slot));
       } catch {
-        // skipped likewise
+        continue; // skipped likewise
       }
+      // A job the store wrote since the load keeps the slot it has now.
+      if (!this.#slots.has(read.record.id)) this.#slots.set(read.record.id, slot);
+      entries.push(read);
     }
     return entries;
-  }
-
-  /** The retained finished jobs among `ids`, ten keys per read. */
-  async lookupFinished(ids: readonly string[]): Promise<JournalEntry[]> {
-    const found: JournalEntry[] = [];
-    for (let i = 0; i < ids.length; i += KV_LIMITS.maxGetMany) {
-      const chunk = ids.slice(i, i + KV_LIMITS.maxGetMany);
-      const entries = await this.#kv.getMany(chunk.map((id) => this.#keys.done(id)));
-      entries.forEach((entry, k) => {
-        if (entry.versionstamp !== null) found.push(decodeEntry(entry.value, chunk[k]));
-      });
-    }
-    return found;
   }
 
   /** Throws `QueueFencedError` unless `epoch` still owns the store. */
@@ -227,37 +266,69 @@ export class DenoKvJournal implements Journal {
   /** Everything the store keeps. No other writer can change it meanwhile: they are fenced. */
   async #read(): Promise<JournalSnapshot> {
     const [meta] = await this.#kv.getMany([this.#keys.meta]);
-    const currentSeq = meta.versionstamp === null ? 0 : decodeMeta(meta.value);
+    const { version, currentSeq } = meta.versionstamp === null
+      ? { version: 0, currentSeq: 0 }
+      : decodeMeta(meta.value);
+    this.#slots.clear();
+    this.#parts.clear();
+    this.#history = undefined;
+    let highest = 0;
     const entries: JournalEntry[] = [];
     const depth = this.#keys.prefix.length;
     for await (const entry of list(this.#kv, this.#keys.jobs)) {
-      const id = entry.key[depth + 1];
-      if (typeof id !== "string" || entry.key.length !== depth + 2) {
+      const slot = entry.key[depth + 1];
+      if (!isSlot(slot) || entry.key.length !== depth + 2) {
         throw malformed(`a job key has the wrong shape (${entry.key.map(String).join("/")})`);
       }
-      entries.push(decodeEntry(entry.value, id));
+      const read = decodeEntry(entry.value, `job ${slot}`, keyId(slot));
+      this.#slots.set(read.record.id, slot);
+      if (typeof slot === "number") highest = Math.max(highest, slot);
+      entries.push(read);
     }
-    const parts = new Map<string, Uint8Array[]>();
+    const parts = new Map<JobSlot, Uint8Array[]>();
     for await (const entry of list(this.#kv, this.#keys.payloads)) {
-      const [id, n] = [entry.key[depth + 1], entry.key[depth + 2]];
-      if (typeof id !== "string" || typeof n !== "number" || !(entry.value instanceof Uint8Array)) {
+      const [slot, n] = [entry.key[depth + 1], entry.key[depth + 2]];
+      if (!isSlot(slot) || typeof n !== "number" || !(entry.value instanceof Uint8Array)) {
         throw malformed(`a payload key has the wrong shape (${entry.key.map(String).join("/")})`);
       }
-      const found = parts.get(id) ?? [];
+      const found = parts.get(slot) ?? [];
       found[n] = entry.value;
-      parts.set(id, found);
+      parts.set(slot, found);
+      if (typeof slot === "number") highest = Math.max(highest, slot);
     }
-    this.#parts.clear();
+    const ids = new Map<JobSlot, string>();
+    for (const [id, slot] of this.#slots) ids.set(slot, id);
     const payloads = new Map<string, string>();
-    for (const [id, found] of parts) {
+    for (const [slot, found] of parts) {
+      const id = ids.get(slot);
+      if (id === undefined) throw malformed(`the payload in slot ${slot} has no job`);
       if (found.some((part) => part === undefined)) {
         throw malformed(`the payload of job ${id} has a missing part`);
       }
       payloads.set(id, joinPayload(found, id));
       this.#parts.set(id, found.length);
     }
+    // Slots count on after every one in use: the finished jobs' too (numbers sort after strings).
+    const last = this.#kv.list({ prefix: this.#keys.finished }, { reverse: true, limit: 1 });
+    for await (const entry of last) {
+      const slot = entry.key[depth + 1];
+      if (typeof slot === "number") highest = Math.max(highest, slot);
+    }
+    this.#nextSlot = Math.floor(highest) + 1;
+    this.#currentSeq = currentSeq;
+    this.#metaCurrent = version === FORMAT_VERSION;
     return { currentSeq, entries, payloads };
   }
+}
+
+/** A key part that can be a slot: a positive integer, or a MessageID (format version 1). */
+function isSlot(part: unknown): part is JobSlot {
+  return typeof part === "string" || (Number.isSafeInteger(part) && (part as number) > 0);
+}
+
+/** The MessageID a key names itself (format version 1 keys), for its record to match. */
+function keyId(slot: JobSlot): string | undefined {
+  return typeof slot === "string" ? slot : undefined;
 }
 
 function list(kv: KvLike, prefix: KvKey): AsyncIterable<KvEntryLike> {

@@ -2,12 +2,21 @@
  * Keys and values of the Deno KV job store under a prefix `P`:
  *
  * ```text
- * [...P, "epoch"]            {"epoch":n}                    written only by load: the fence
- * [...P, "meta"]             {"v":1,"seq":n}                the work queue's append cursor
- * [...P, "job", id]          {"r":record,"o":order,"a":try} one per live job
- * [...P, "done", id]         {"r":record}                   one per finished job (expiring)
- * [...P, "payload", id, n]   payload bytes, n = 0, 1, ...   until the job is finished
+ * [...P, "epoch"]              {"epoch":n}                    written only by load: the fence
+ * [...P, "meta"]               {"v":2,"seq":n}                format version, the append cursor
+ * [...P, "job", slot]          {"r":record,"o":order,"a":try} one per live job
+ * [...P, "done", slot]         {"r":record}                   one per finished job (expiring)
+ * [...P, "payload", slot, n]   payload bytes, n = 0, 1, ...   until the job is finished
  * ```
+ *
+ * A job's `slot` is a number the journal gives it when it first writes the job, counting up, so
+ * the keys one commit writes sit next to each other. Keyed by MessageID (random, as UUIDs are),
+ * a commit of 100 jobs touched a hundred places in KV's B-tree and cost about six times as much.
+ * A job keeps its slot for life: finished, it moves to the same slot under `"done"`.
+ *
+ * Format versions: 1 keyed everything by MessageID (a string where the slot is). Version 2 reads
+ * such a store as it is, its jobs keep their keys, and it marks the store version 2 with its first
+ * write, after which a version-1 reader refuses it by its meta record.
  *
  * Values are `Uint8Array` JSON (readable from every runtime); a payload is split into parts of
  * at most 60 KiB (a value holds 64 KiB).
@@ -19,6 +28,12 @@ import type { Active, JournalEntry } from "../job_store_engine.ts";
 import type { JobRecord } from "../../lifecycle/job_record.ts";
 import type { KvKey } from "../../queue/deno_kv/port.ts";
 import { QueueConflictError } from "../../queue/work_queue.ts";
+
+/** Where a job's keys are: its slot, or its MessageID in a store written by version 1. */
+export type JobSlot = number | string;
+
+/** The format version this code writes; it reads 1 and 2. */
+export const FORMAT_VERSION = 2;
 
 /** Bytes per payload part. */
 export const PART_BYTES = 60 * 1024;
@@ -48,18 +63,18 @@ export class JobStoreKeys {
   }
 
   /** A finished job's record. */
-  done(id: string): KvKey {
-    return [...this.finished, id];
+  done(slot: JobSlot): KvKey {
+    return [...this.finished, slot];
   }
 
   /** A job's record. */
-  job(id: string): KvKey {
-    return [...this.jobs, id];
+  job(slot: JobSlot): KvKey {
+    return [...this.jobs, slot];
   }
 
   /** Part `n` of a job's payload. */
-  payload(id: string, n: number): KvKey {
-    return [...this.payloads, id, n];
+  payload(slot: JobSlot, n: number): KvKey {
+    return [...this.payloads, slot, n];
   }
 }
 
@@ -72,19 +87,23 @@ export function encodeEntry(entry: JournalEntry): Uint8Array {
   }));
 }
 
-/** Decode a job's entry; throws `QueueConflictError` for a malformed one. */
-export function decodeEntry(value: unknown, id: string): JournalEntry {
-  const parsed = parse(value, `the record of job ${id}`) as {
+/**
+ * Decode a job's entry (its record must name the MessageID `id` when one is given); throws
+ * `QueueConflictError` for a malformed one.
+ */
+export function decodeEntry(value: unknown, where: string, id?: string): JournalEntry {
+  const parsed = parse(value, `the record of ${where}`) as {
     r?: JobRecord;
     o?: number;
     a?: Active;
   };
   const record = parsed.r;
   if (
-    typeof record !== "object" || record === null || record.id !== id ||
-    typeof record.state !== "string" || !Number.isSafeInteger(record.attempts)
+    typeof record !== "object" || record === null || typeof record.id !== "string" ||
+    (id !== undefined && record.id !== id) || typeof record.state !== "string" ||
+    !Number.isSafeInteger(record.attempts)
   ) {
-    throw malformed(`the record of job ${id} is not a job record`);
+    throw malformed(`the record of ${where} is not a job record`);
   }
   return {
     record,
@@ -95,16 +114,22 @@ export function decodeEntry(value: unknown, id: string): JournalEntry {
 
 /** Encode the meta record. */
 export function encodeMeta(currentSeq: number): Uint8Array {
-  return encoder.encode(JSON.stringify({ v: 1, seq: currentSeq }));
+  return encoder.encode(JSON.stringify({ v: FORMAT_VERSION, seq: currentSeq }));
 }
 
-/** Decode the meta record into the append cursor. */
-export function decodeMeta(value: unknown): number {
+/** Decode the meta record into its format version and the append cursor. */
+export function decodeMeta(value: unknown): { version: number; currentSeq: number } {
   const { v, seq } = parse(value, "the meta record") as { v?: number; seq?: number };
-  if (v !== 1 || !Number.isSafeInteger(seq) || (seq as number) < 0) {
+  if (Number.isSafeInteger(v) && (v as number) > FORMAT_VERSION) {
+    throw new QueueConflictError(
+      `Cannot read the job store: a newer workpull wrote it (format version ${v}; this one ` +
+        `reads up to ${FORMAT_VERSION})`,
+    );
+  }
+  if ((v !== 1 && v !== 2) || !Number.isSafeInteger(seq) || (seq as number) < 0) {
     throw malformed(`the meta record is ${JSON.stringify({ v, seq })}`);
   }
-  return seq as number;
+  return { version: v, currentSeq: seq as number };
 }
 
 /** A payload's UTF-8 bytes in parts of at most {@linkcode PART_BYTES}. */

@@ -46,10 +46,13 @@ export interface KvAtomicLike {
 export interface KvLike {
   /** Reads up to 10 keys consistently. */
   getMany(keys: readonly KvKey[]): Promise<readonly KvEntryLike[]>;
-  /** Lists the keys under a prefix in key order (consistent only within one batch). */
+  /**
+   * Lists the keys under a prefix in key order, or the reverse (consistent only within one
+   * batch), up to `limit` of them.
+   */
   list(
     selector: { readonly prefix: KvKey },
-    options?: { readonly batchSize?: number },
+    options?: { readonly batchSize?: number; readonly reverse?: boolean; readonly limit?: number },
   ): AsyncIterable<KvEntryLike>;
   /** Starts an atomic commit. */
   atomic(): KvAtomicLike;

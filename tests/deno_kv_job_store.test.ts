@@ -240,9 +240,13 @@ describe(`DenoKvJobStore (${CLIENT})`, () => {
       const store = new DenoKvJobStore(kv, { prefix: ["slots"], clock });
       const { epoch } = await store.load();
       const plan = planJob({}, clock.now());
-      await store.enqueue(["zeta", "alpha", "mid"].map((id) => ({ id, payload: `"${id}"`, plan })));
-      assert.deepEqual(await keysUnder(kv, ["slots", "job"]), ["1", "2", "3"]);
-      assert.deepEqual(await keysUnder(kv, ["slots", "payload"]), ["1/0", "2/0", "3/0"]);
+      const big = JSON.stringify("b".repeat(20_000)); // larger than a value keeps inline
+      await store.enqueue([
+        ...["zeta", "alpha", "mid"].map((id) => ({ id, payload: `"${id}"`, plan })),
+        { id: "big", payload: big, plan },
+      ]);
+      assert.deepEqual(await keysUnder(kv, ["slots", "job"]), ["1", "2", "3", "4"]);
+      assert.deepEqual(await keysUnder(kv, ["slots", "payload"]), ["4/0"], "small ones inline");
       const [meta] = await kv.getMany([["slots", "meta"]]);
       assert.deepEqual(JSON.parse(new TextDecoder().decode(meta.value as Uint8Array)).v, 2);
       // "zeta" runs to completion: its record moves to the same slot under "done".
@@ -254,18 +258,33 @@ describe(`DenoKvJobStore (${CLIENT})`, () => {
       });
       await store.confirmMessage(epoch, "zeta", { outcome: { kind: "completed" } });
       assert.deepEqual(await keysUnder(kv, ["slots", "done"]), ["1"]);
-      assert.deepEqual(await keysUnder(kv, ["slots", "job"]), ["2", "3"]);
-      assert.deepEqual(await keysUnder(kv, ["slots", "payload"]), ["2/0", "3/0"]);
+      assert.deepEqual(await keysUnder(kv, ["slots", "job"]), ["2", "3", "4"]);
       store.close();
 
-      // A reload counts on after every slot in use (the finished ones too): the next job gets 4.
+      // A reload counts on after every slot in use (the finished ones too): the next job gets 5.
       const reopened = new DenoKvJobStore(kv, { prefix: ["slots"], clock });
-      await reopened.load();
+      const { epoch: next } = await reopened.load();
       await reopened.enqueue([{ id: "new", payload: '"n"', plan }]);
-      assert.deepEqual(await keysUnder(kv, ["slots", "job"]), ["2", "3", "4"]);
+      assert.deepEqual(await keysUnder(kv, ["slots", "job"]), ["2", "3", "4", "5"]);
       assert.equal((await reopened.get("zeta"))?.state, "completed");
       const again = await reopened.enqueue([{ id: "zeta", payload: '"z"', plan }]);
       assert.equal(again[0].created, false, "the finished job is found by its MessageID");
+      // Payloads, inline or in parts, read back as they were; a finished job's parts go.
+      const taken = await reopened.take(4);
+      assert.deepEqual(
+        taken.map((job) => [job.messageId, job.payload]),
+        [["alpha", '"alpha"'], ["mid", '"mid"'], ["big", big], ["new", '"n"']],
+      );
+      await reopened.commit(next, {
+        store: {
+          firstSeq: 2,
+          jobs: taken.map(({ messageId, payload }) => ({ messageId, payload })),
+        },
+      });
+      await reopened.commit(next, { confirm: taken.map((job) => job.messageId) });
+      assert.deepEqual(await keysUnder(kv, ["slots", "job"]), []);
+      assert.deepEqual(await keysUnder(kv, ["slots", "payload"]), []);
+      assert.deepEqual(await keysUnder(kv, ["slots", "done"]), ["1", "2", "3", "4", "5"]);
       reopened.close();
     } finally {
       kv.close();
@@ -311,7 +330,7 @@ describe(`DenoKvJobStore (${CLIENT})`, () => {
       });
       await store.confirmMessage(epoch, job.messageId, { outcome: { kind: "completed" } });
       assert.deepEqual(await keysUnder(kv, ["v1", "job"]), ["1"]);
-      assert.deepEqual(await keysUnder(kv, ["v1", "payload"]), ["1/0"]);
+      assert.deepEqual(await keysUnder(kv, ["v1", "payload"]), [], "the old part went");
       assert.deepEqual(await keysUnder(kv, ["v1", "done"]), ['"old-done"', '"old-waiting"']);
       store.close();
     } finally {

@@ -3,10 +3,9 @@
  * directly with KV atomics, same keys and values (`src/backlog/deno_kv/records.ts`), each commit
  * checking the epoch key as the store's journal does, `perCommit` jobs in each commit:
  *
- * - **ingest**: per job its record and its payload (what `POST /jobs` writes);
+ * - **ingest**: per job its record with its (small) payload in it (what `POST /jobs` writes);
  * - **drain**: per job its record rewritten as taken (plus the append cursor), then the record
- *   moved to the finished keys with an expiry and the payload deleted (what a completed try
- *   writes).
+ *   moved to the finished keys with an expiry (what a completed try writes).
  *
  * @module
  */
@@ -16,7 +15,6 @@ import { encodeEntry, JobStoreKeys } from "../../src/backlog/deno_kv/records.ts"
 import { finishTry, newRecord, startTry } from "../../src/lifecycle/job_record.ts";
 import { planJob, resolveDefaults } from "../../src/lifecycle/job_options.ts";
 
-const encoder = new TextEncoder();
 const DEFAULTS = resolveDefaults({});
 /** A finished job's retention (the store's default: a day). */
 const RETENTION = 86_400_000;
@@ -34,12 +32,13 @@ async function fenced(kv: Deno.Kv) {
   return { keys, commit };
 }
 
-/** Ids, slots (as the store's journal numbers them) and records of `jobs` new jobs. */
+/** Ids, slots (as the store's journal numbers them), payloads and records of `jobs` new jobs. */
 function newJobs(jobs: number) {
   const now = Date.now();
   return Array.from({ length: jobs }, (_, i) => {
     const id = crypto.randomUUID();
-    return { id, n: i, slot: i + 1, record: newRecord(id, planJob({}, now), now) };
+    const payload = JSON.stringify({ n: i });
+    return { id, slot: i + 1, n: i, payload, record: newRecord(id, planJob({}, now), now) };
   });
 }
 
@@ -64,8 +63,10 @@ export async function rawBacklogIngest(
     const batch = all.slice(first, first + perCommit);
     await commit((atomic) => {
       for (const job of batch) {
-        atomic.set(keys.job(job.slot), encodeEntry({ record: job.record, order: job.n }));
-        atomic.set(keys.payload(job.slot, 0), encoder.encode(JSON.stringify({ n: job.n })));
+        atomic.set(
+          keys.job(job.slot),
+          encodeEntry({ record: job.record, order: job.n }, job.payload),
+        );
       }
     });
   }
@@ -93,8 +94,10 @@ export async function rawBacklogDrain(
     const batch = all.slice(first, first + perCommit);
     await commit((atomic) => {
       for (const job of batch) {
-        atomic.set(keys.job(job.slot), encodeEntry({ record: job.record, order: job.n }));
-        atomic.set(keys.payload(job.slot, 0), encoder.encode(JSON.stringify({ n: job.n })));
+        atomic.set(
+          keys.job(job.slot),
+          encodeEntry({ record: job.record, order: job.n }, job.payload),
+        );
       }
     });
   }
@@ -106,7 +109,7 @@ export async function rawBacklogDrain(
     await commit((atomic) => {
       batch.forEach((job, i) => {
         const active = { seq: first + i + 1, accepted: true, confirmed: false, outcome: undefined };
-        atomic.set(keys.job(job.slot), encodeEntry({ record: taken[i], active }));
+        atomic.set(keys.job(job.slot), encodeEntry({ record: taken[i], active }, job.payload));
       });
       atomic.set(keys.meta, encodeMeta(first + batch.length));
     });
@@ -115,7 +118,6 @@ export async function rawBacklogDrain(
         const done = finishTry(taken[i], { kind: "completed" }, DEFAULTS, now, Math.random);
         atomic.delete(keys.job(job.slot));
         atomic.set(keys.done(job.slot), encodeEntry({ record: done }), { expireIn: RETENTION });
-        atomic.delete(keys.payload(job.slot, 0));
       });
     });
   }

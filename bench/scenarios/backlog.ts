@@ -5,8 +5,9 @@
  * - **ingest**: another process (`http_producer.ts`) posts jobs to `POST /jobs` in batches of
  *   {@linkcode INGEST}`.batch` with a client token, `concurrency` requests in flight, with no
  *   worker connected; jobs/s from its first request to the last `201`. Each answer means the
- *   jobs are committed to the KV file. Baseline: the store's own writes for the same jobs (record
- *   and payload, 100 jobs per commit, fenced by the epoch) done directly with KV atomics.
+ *   jobs are committed to the KV file. Baseline: the store's own writes for the same jobs (each
+ *   record with its small payload in it, 100 jobs per commit, fenced by the epoch) done directly
+ *   with KV atomics.
  * - **drain**: the backlog filled (by the ingest run), one worker process × 4 endpoints (window
  *   100, no-op handler) joins; jobs/s from the first worker bound to the last job completed (its
  *   try stored as completed in the KV file). Baseline: the store's writes for taking and

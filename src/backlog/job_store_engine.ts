@@ -93,6 +93,8 @@ export interface JournalEntry {
   readonly order?: number;
   /** Its try in progress (active jobs). */
   readonly active?: Active;
+  /** Its payload while it is live, for a journal that keeps small ones with the record. */
+  readonly payload?: string;
 }
 
 /** The durable state a journal reads back. */
@@ -750,10 +752,12 @@ export class JobStoreEngine implements JobStore {
       }
       const active = this.#active.get(id);
       const order = this.#entries.get(id)?.order;
+      const payload = this.#payloads.get(id);
       entries.set(id, {
         record,
         ...(order === undefined ? {} : { order }),
         ...(active ? { active: { ...active } } : {}),
+        ...(payload === undefined ? {} : { payload }),
       });
     }
     return {

@@ -34,6 +34,7 @@ import {
   encodeEntry,
   encodeMeta,
   FORMAT_VERSION,
+  INLINE_BYTES,
   type JobSlot,
   JobStoreKeys,
   joinPayload,
@@ -114,7 +115,8 @@ export class DenoKvJournal implements Journal {
     if (epoch !== this.#epoch || this.#epochVs === null) {
       throw new QueueFencedError(`Cannot write: epoch ${epoch} is fenced (current ${this.#epoch})`);
     }
-    const writes = this.#writes(change);
+    const parts = new Map<string, number>();
+    const writes = this.#writes(change, parts);
     for (const batch of this.#batches(writes)) {
       signal?.throwIfAborted();
       const atomic = this.#kv.atomic().check({
@@ -133,9 +135,9 @@ export class DenoKvJournal implements Journal {
         throw new QueueFencedError(`Cannot write: epoch ${epoch} is fenced by a newer load`);
       }
     }
-    for (const [id, payload] of change.payloads) {
-      if (payload === undefined) this.#parts.delete(id);
-      else this.#parts.set(id, splitPayload(payload).length);
+    for (const [id, count] of parts) {
+      if (count === 0) this.#parts.delete(id);
+      else this.#parts.set(id, count);
     }
     for (const [id, entry] of change.entries) if (!entry) this.#slots.delete(id);
     if (change.currentSeq !== undefined) this.#currentSeq = change.currentSeq;
@@ -152,8 +154,11 @@ export class DenoKvJournal implements Journal {
     return slot;
   }
 
-  /** The writes of one change. */
-  #writes(change: JournalChange): Write[] {
+  /**
+   * The writes of one change; `parts` gets how many payload parts each changed job will have
+   * once they are applied.
+   */
+  #writes(change: JournalChange, parts: Map<string, number>): Write[] {
     const writes: Write[] = [];
     const keys = this.#keys;
     for (const [id, entry] of change.entries) {
@@ -162,35 +167,56 @@ export class DenoKvJournal implements Journal {
       const was = change.wereFinished.has(id) ? keys.done(slot) : keys.job(slot);
       if (!entry) {
         writes.push({ kind: "delete", key: was });
+        this.#payloadWrites(id, slot, undefined, writes, parts);
         continue;
       }
       const finished = entry.record.state === "completed" || entry.record.state === "cancelled";
       const key = finished ? keys.done(slot) : keys.job(slot);
       if (was[was.length - 2] !== key[key.length - 2]) writes.push({ kind: "delete", key: was });
+      // A small payload goes in the job's own value: one key a job, not two.
+      const payload = finished ? undefined : entry.payload;
+      let value = encodeEntry(entry, payload);
+      let separate = payload;
+      if (payload !== undefined && value.length <= INLINE_BYTES) separate = undefined;
+      else if (payload !== undefined) value = encodeEntry(entry);
       writes.push({
         kind: "set",
         key,
-        value: encodeEntry(entry),
+        value,
         ...(finished && this.#retention > 0 ? { expireIn: this.#retention } : {}),
       });
+      this.#payloadWrites(id, slot, separate, writes, parts);
     }
     for (const [id, payload] of change.payloads) {
-      const before = this.#parts.get(id) ?? 0;
-      if (payload === undefined && before === 0) continue;
-      const slot = this.#slot(id);
-      const parts = payload === undefined ? [] : splitPayload(payload);
-      parts.forEach((part, n) =>
-        writes.push({ kind: "set", key: keys.payload(slot, n), value: part })
-      );
-      for (let n = parts.length; n < before; n++) {
-        writes.push({ kind: "delete", key: keys.payload(slot, n) });
-      }
+      if (change.entries.has(id)) continue; // written with its entry
+      if (payload === undefined && !this.#parts.has(id)) continue;
+      this.#payloadWrites(id, this.#slot(id), payload, writes, parts);
     }
     if (change.currentSeq !== undefined || !this.#metaCurrent) {
       const currentSeq = change.currentSeq ?? this.#currentSeq;
       writes.push({ kind: "set", key: keys.meta, value: encodeMeta(currentSeq) });
     }
     return writes;
+  }
+
+  /** Write `payload` in parts of its own (undefined: none), deleting the parts no longer used. */
+  #payloadWrites(
+    id: string,
+    slot: JobSlot,
+    payload: string | undefined,
+    writes: Write[],
+    parts: Map<string, number>,
+  ): void {
+    const before = this.#parts.get(id) ?? 0;
+    if (payload === undefined && before === 0) return;
+    const split = payload === undefined ? [] : splitPayload(payload);
+    split.forEach((part, n) =>
+      writes.push({ kind: "set", key: this.#keys.payload(slot, n), value: part })
+    );
+    for (let n = split.length; n < before; n++) {
+      writes.push({ kind: "delete", key: this.#keys.payload(slot, n) });
+    }
+    parts.set(id, split.length);
   }
 
   /** Split writes into groups that each fit one atomic commit (with its epoch check). */
@@ -274,6 +300,7 @@ export class DenoKvJournal implements Journal {
     this.#history = undefined;
     let highest = 0;
     const entries: JournalEntry[] = [];
+    const payloads = new Map<string, string>();
     const depth = this.#keys.prefix.length;
     for await (const entry of list(this.#kv, this.#keys.jobs)) {
       const slot = entry.key[depth + 1];
@@ -282,6 +309,7 @@ export class DenoKvJournal implements Journal {
       }
       const read = decodeEntry(entry.value, `job ${slot}`, keyId(slot));
       this.#slots.set(read.record.id, slot);
+      if (read.payload !== undefined) payloads.set(read.record.id, read.payload);
       if (typeof slot === "number") highest = Math.max(highest, slot);
       entries.push(read);
     }
@@ -298,7 +326,6 @@ export class DenoKvJournal implements Journal {
     }
     const ids = new Map<JobSlot, string>();
     for (const [id, slot] of this.#slots) ids.set(slot, id);
-    const payloads = new Map<string, string>();
     for (const [slot, found] of parts) {
       const id = ids.get(slot);
       if (id === undefined) throw malformed(`the payload in slot ${slot} has no job`);

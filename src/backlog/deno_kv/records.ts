@@ -4,15 +4,17 @@
  * ```text
  * [...P, "epoch"]              {"epoch":n}                    written only by load: the fence
  * [...P, "meta"]               {"v":2,"seq":n}                format version, the append cursor
- * [...P, "job", slot]          {"r":record,"o":order,"a":try} one per live job
+ * [...P, "job", slot]          {"r":record,"o":order,"a":try,"p":payload}   one per live job
  * [...P, "done", slot]         {"r":record}                   one per finished job (expiring)
- * [...P, "payload", slot, n]   payload bytes, n = 0, 1, ...   until the job is finished
+ * [...P, "payload", slot, n]   payload bytes, n = 0, 1, ...   a live job's larger payload
  * ```
  *
  * A job's `slot` is a number the journal gives it when it first writes the job, counting up, so
  * the keys one commit writes sit next to each other. Keyed by MessageID (random, as UUIDs are),
  * a commit of 100 jobs touched a hundred places in KV's B-tree and cost about six times as much.
- * A job keeps its slot for life: finished, it moves to the same slot under `"done"`.
+ * A job keeps its slot for life: finished, it moves to the same slot under `"done"`. A payload
+ * goes in the job's value (`p`, the JSON text as a string) while that value stays within
+ * {@linkcode INLINE_BYTES}; a larger one is kept in parts of its own.
  *
  * Format versions: 1 keyed everything by MessageID (a string where the slot is). Version 2 reads
  * such a store as it is, its jobs keep their keys, and it marks the store version 2 with its first
@@ -34,6 +36,9 @@ export type JobSlot = number | string;
 
 /** The format version this code writes; it reads 1 and 2. */
 export const FORMAT_VERSION = 2;
+
+/** A live job's value holds its payload up to this many bytes (a value holds 64 KiB). */
+export const INLINE_BYTES = 16 * 1024;
 
 /** Bytes per payload part. */
 export const PART_BYTES = 60 * 1024;
@@ -78,12 +83,13 @@ export class JobStoreKeys {
   }
 }
 
-/** Encode a job's entry. */
-export function encodeEntry(entry: JournalEntry): Uint8Array {
+/** Encode a job's entry, with `payload` in it when one is given. */
+export function encodeEntry(entry: JournalEntry, payload?: string): Uint8Array {
   return encoder.encode(JSON.stringify({
     r: entry.record,
     ...(entry.order === undefined ? {} : { o: entry.order }),
     ...(entry.active ? { a: entry.active } : {}),
+    ...(payload === undefined ? {} : { p: payload }),
   }));
 }
 
@@ -96,6 +102,7 @@ export function decodeEntry(value: unknown, where: string, id?: string): Journal
     r?: JobRecord;
     o?: number;
     a?: Active;
+    p?: unknown;
   };
   const record = parsed.r;
   if (
@@ -105,10 +112,14 @@ export function decodeEntry(value: unknown, where: string, id?: string): Journal
   ) {
     throw malformed(`the record of ${where} is not a job record`);
   }
+  if (parsed.p !== undefined && typeof parsed.p !== "string") {
+    throw malformed(`the payload in the record of ${where} is not text`);
+  }
   return {
     record,
     ...(Number.isSafeInteger(parsed.o) ? { order: parsed.o } : {}),
     ...(parsed.a && Number.isSafeInteger(parsed.a.seq) ? { active: { ...parsed.a } } : {}),
+    ...(parsed.p === undefined ? {} : { payload: parsed.p }),
   };
 }
 

@@ -35,6 +35,7 @@ const NODE_TESTS = [
   "npm_package.test.ts",
   "deno_kv_queue.test.ts", // the Deno KV adapter on npm @deno/kv
   "deno_kv_job_store.test.ts", // the Deno KV job store on npm @deno/kv
+  "deno_kv_job_store_model.test.ts", // and against the in-memory store, on npm @deno/kv
   "durable_file_producer.test.ts",
   "metrics.test.ts", // GET /metrics on the Node adapter
   "dashboard.test.ts", // the live stream (server-sent events) through @hono/node-server

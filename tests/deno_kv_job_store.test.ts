@@ -376,4 +376,72 @@ describe(`DenoKvJobStore (${CLIENT})`, () => {
       kv.close();
     }
   });
+
+  test("tries started from the backlog are one record, not a rewrite of each job", async () => {
+    const kv = await openKv(":memory:");
+    try {
+      const clock = new SimulatedClock();
+      clock.advance(1_000_000);
+      const defaults = { attempts: 3, backoff: { type: "fixed", delay: 0 } } as const;
+      let store = new DenoKvJobStore(kv, { prefix: ["tries"], clock, defaults });
+      let { epoch } = await store.load();
+      const plan = planJob({}, clock.now());
+      await store.enqueue(["a", "b", "c"].map((id) => ({ id, payload: `"${id}"`, plan })));
+      const jobValues = async () => {
+        const values: string[] = [];
+        for await (const entry of kv.list({ prefix: ["tries", "job"] })) {
+          values.push(new TextDecoder().decode(entry.value as Uint8Array));
+        }
+        return values;
+      };
+      const before = await jobValues();
+      const taken = await store.take(3);
+      clock.advance(5);
+      await store.commit(epoch, {
+        store: {
+          firstSeq: 1,
+          jobs: taken.map(({ messageId, payload }) => ({ messageId, payload })),
+        },
+      });
+      assert.deepEqual(await jobValues(), before, "the jobs' values are not rewritten");
+      assert.deepEqual(await keysUnder(kv, ["tries", "try"]), ["1"]);
+      // "a" fails (its record is rewritten: it leaves the try); "b" completes.
+      await store.commit(epoch, {
+        confirm: ["a", "b"],
+        outcomes: new Map([["a", { kind: "failed", error: { name: "Error", message: "x" } }]]),
+      });
+      assert.deepEqual(await keysUnder(kv, ["tries", "try"]), ["1"], "c is still in it");
+      // "a" starts its second try in a record of its own.
+      const [again] = await store.take(1);
+      assert.deepEqual([again.messageId, again.attempt], ["a", 2]);
+      await store.commit(epoch, {
+        store: { firstSeq: 4, jobs: [{ messageId: "a", payload: again.payload }] },
+      });
+      assert.deepEqual(await keysUnder(kv, ["tries", "try"]), ["1", "4"]);
+      store.close();
+
+      // A reload (as after a crash) finds both tries in progress, with their sequences.
+      store = new DenoKvJobStore(kv, { prefix: ["tries"], clock, defaults });
+      const loaded = await store.load();
+      epoch = loaded.epoch;
+      assert.deepEqual(
+        loaded.state.unconfirmed.map((job) => [job.messageId, job.seq, job.attempt]),
+        [["c", 3, 1], ["a", 4, 2]],
+      );
+      const info = await store.get("a");
+      assert.deepEqual([info?.state, info?.attempts], ["active", 2]);
+      assert.equal((await store.get("c"))?.startedAt, 1_000_005);
+      assert.equal((await store.get("b"))?.state, "completed");
+      // Their confirmations end the tries; the last job to leave a record deletes it.
+      await store.commit(epoch, { confirm: ["c"] });
+      assert.deepEqual(await keysUnder(kv, ["tries", "try"]), ["4"]);
+      await store.commit(epoch, { confirm: ["a"] });
+      assert.deepEqual(await keysUnder(kv, ["tries", "try"]), []);
+      assert.deepEqual(await keysUnder(kv, ["tries", "job"]), []);
+      assert.deepEqual(store.counts(), { waiting: 0, scheduled: 0, failed: 0, active: 0, dead: 0 });
+      store.close();
+    } finally {
+      kv.close();
+    }
+  });
 });

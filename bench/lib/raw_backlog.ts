@@ -4,14 +4,20 @@
  * checking the epoch key as the store's journal does, `perCommit` jobs in each commit:
  *
  * - **ingest**: per job its record with its (small) payload in it (what `POST /jobs` writes);
- * - **drain**: per job its record rewritten as taken (plus the append cursor), then the record
- *   moved to the finished keys with an expiry (what a completed try writes).
+ * - **drain**: per commit one record of the tries it starts (plus the append cursor), then per
+ *   job its record moved to the finished keys with an expiry, and the tries record deleted (what
+ *   completed tries write).
  *
  * @module
  */
 
-import { encodeEpoch, encodeMeta } from "../../src/queue/deno_kv/codec.ts";
-import { encodeEntry, JobStoreKeys } from "../../src/backlog/deno_kv/records.ts";
+import { encodeEpoch } from "../../src/queue/deno_kv/codec.ts";
+import {
+  encodeEntry,
+  encodeMeta,
+  encodeTries,
+  JobStoreKeys,
+} from "../../src/backlog/deno_kv/records.ts";
 import { finishTry, newRecord, startTry } from "../../src/lifecycle/job_record.ts";
 import { planJob, resolveDefaults } from "../../src/lifecycle/job_options.ts";
 
@@ -107,10 +113,8 @@ export async function rawBacklogDrain(
     const now = Date.now();
     const taken = batch.map((job) => startTry(job.record, now));
     await commit((atomic) => {
-      batch.forEach((job, i) => {
-        const active = { seq: first + i + 1, accepted: true, confirmed: false, outcome: undefined };
-        atomic.set(keys.job(job.slot), encodeEntry({ record: taken[i], active }, job.payload));
-      });
+      const tries = batch.map((job, i) => [job.slot, first + i + 1, 1, now] as const);
+      atomic.set(keys.triesFrom(first + 1), encodeTries(tries));
       atomic.set(keys.meta, encodeMeta(first + batch.length));
     });
     await commit((atomic) => {
@@ -119,6 +123,7 @@ export async function rawBacklogDrain(
         atomic.delete(keys.job(job.slot));
         atomic.set(keys.done(job.slot), encodeEntry({ record: done }), { expireIn: RETENTION });
       });
+      atomic.delete(keys.triesFrom(first + 1));
     });
   }
   return jobs / ((performance.now() - started) / 1000);

@@ -95,6 +95,11 @@ export interface JournalEntry {
   readonly active?: Active;
   /** Its payload while it is live, for a journal that keeps small ones with the record. */
   readonly payload?: string;
+  /**
+   * The change is only a try's start from the backlog: the record is `startTry` of the one last
+   * persisted (a queued job), at `record.startedAt`, and the try is accepted, not confirmed.
+   */
+  readonly started?: boolean;
 }
 
 /** The durable state a journal reads back. */
@@ -215,6 +220,8 @@ export class JobStoreEngine implements JobStore {
   #tail: Promise<unknown> = Promise.resolve();
   // What the running call changed, and what it will tell the listener once that is durable.
   readonly #changedEntries = new Set<string>();
+  /** Jobs the running call started from their persisted record, with the record they got. */
+  readonly #startedNow = new Map<string, JobRecord>();
   readonly #changedPayloads = new Map<string, string | undefined>();
   #seqMoved = false;
   readonly #wereFinished = new Set<string>();
@@ -540,12 +547,15 @@ export class JobStoreEngine implements JobStore {
     } else if (!this.#payloads.has(messageId)) {
       this.#putPayload(messageId, payload); // a finished job stored again counts as new
     }
+    const persisted = fromBacklog && !this.#changedEntries.has(messageId);
     this.#entries.delete(messageId);
     this.#reserved.delete(messageId);
     this.#dead.delete(messageId);
     const previous = record.state;
     const started = startTry(record, now);
     this.#putRecord(started);
+    // Started from its record as last persisted: a journal may write just the start.
+    if (persisted) this.#startedNow.set(messageId, started);
     this.#currentSeq += 1;
     this.#seqMoved = true;
     this.#active.set(messageId, {
@@ -706,6 +716,7 @@ export class JobStoreEngine implements JobStore {
         if (unknown.length > 0) this.#adoptFinished(await this.#journal.lookupFinished(unknown));
       }
       this.#changedEntries.clear();
+      this.#startedNow.clear();
       this.#changedPayloads.clear();
       this.#wereFinished.clear();
       this.#seqMoved = false;
@@ -758,6 +769,7 @@ export class JobStoreEngine implements JobStore {
         ...(order === undefined ? {} : { order }),
         ...(active ? { active: { ...active } } : {}),
         ...(payload === undefined ? {} : { payload }),
+        ...(this.#onlyStarted(id, record, active) ? { started: true } : {}),
       });
     }
     return {
@@ -766,6 +778,12 @@ export class JobStoreEngine implements JobStore {
       payloads: new Map(this.#changedPayloads),
       ...(this.#seqMoved ? { currentSeq: this.#currentSeq } : {}),
     };
+  }
+
+  /** Whether the running call did nothing to `id` but start a try from its persisted record. */
+  #onlyStarted(id: string, record: JobRecord, active: Active | undefined): boolean {
+    return this.#startedNow.get(id) === record && active !== undefined && active.accepted &&
+      !active.confirmed;
   }
 
   #putRecord(record: JobRecord): void {

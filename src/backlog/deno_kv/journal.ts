@@ -28,11 +28,14 @@ import { KV_LIMITS, type KvEntryLike, type KvKey, type KvLike } from "../../queu
 import { encodedKeySize } from "../../queue/deno_kv/layout.ts";
 import { decodeEpoch, encodeEpoch } from "../../queue/deno_kv/codec.ts";
 import type { Journal, JournalChange, JournalEntry, JournalSnapshot } from "../job_store_engine.ts";
+import { isQueued, startTry } from "../../lifecycle/job_record.ts";
 import {
   decodeEntry,
   decodeMeta,
+  decodeTries,
   encodeEntry,
   encodeMeta,
+  encodeTries,
   FORMAT_VERSION,
   INLINE_BYTES,
   type JobSlot,
@@ -40,6 +43,7 @@ import {
   joinPayload,
   malformed,
   splitPayload,
+  type StartedTry,
 } from "./records.ts";
 
 /** One KV write. */
@@ -53,6 +57,8 @@ type Write =
   | { readonly kind: "delete"; readonly key: KvKey };
 
 const ATTEMPTS = 3;
+/** Tries in one record of started tries (at most about 75 bytes each: a value holds 64 KiB). */
+const TRIES_PER_RECORD = 600;
 
 /** A {@linkcode Journal} on a Deno KV handle (Deno's, or npm `@deno/kv` on Node and Bun). */
 export class DenoKvJournal implements Journal {
@@ -72,6 +78,12 @@ export class DenoKvJournal implements Journal {
   #currentSeq = 0;
   /** Whether the meta record says this format version (else the next commit writes it). */
   #metaCurrent = false;
+  /** The record of started tries each job is in (by the record's first sequence). */
+  readonly #inTries = new Map<string, number>();
+  /** The jobs still in each record of started tries. */
+  readonly #tries = new Map<number, Set<string>>();
+  /** Records of started tries none of whose jobs is still in that try: the next commit deletes. */
+  #spentTries: number[] = [];
   /** The read of the finished jobs since the last load or re-read. */
   #history: Promise<JournalEntry[]> | undefined;
 
@@ -161,17 +173,31 @@ export class DenoKvJournal implements Journal {
   #writes(change: JournalChange, parts: Map<string, number>): Write[] {
     const writes: Write[] = [];
     const keys = this.#keys;
+    const started: StartedTry[] = [];
+    const startedIds: string[] = [];
     for (const [id, entry] of change.entries) {
-      if (!entry && !this.#slots.has(id)) continue; // never written
-      const slot = this.#slot(id);
-      const was = change.wereFinished.has(id) ? keys.done(slot) : keys.job(slot);
+      const slot = this.#slots.get(id);
+      if (
+        entry?.started && entry.active && entry.record.startedAt !== undefined &&
+        typeof slot === "number" && !change.payloads.has(id)
+      ) {
+        // A try started from the backlog: listed in this commit's record of started tries.
+        this.#leaveTries(id);
+        started.push([slot, entry.active.seq, entry.record.attempts, entry.record.startedAt]);
+        startedIds.push(id);
+        continue;
+      }
+      this.#leaveTries(id);
+      if (!entry && slot === undefined) continue; // never written
+      const place = slot ?? this.#slot(id);
+      const was = change.wereFinished.has(id) ? keys.done(place) : keys.job(place);
       if (!entry) {
         writes.push({ kind: "delete", key: was });
-        this.#payloadWrites(id, slot, undefined, writes, parts);
+        this.#payloadWrites(id, place, undefined, writes, parts);
         continue;
       }
       const finished = entry.record.state === "completed" || entry.record.state === "cancelled";
-      const key = finished ? keys.done(slot) : keys.job(slot);
+      const key = finished ? keys.done(place) : keys.job(place);
       if (was[was.length - 2] !== key[key.length - 2]) writes.push({ kind: "delete", key: was });
       // A small payload goes in the job's own value: one key a job, not two.
       const payload = finished ? undefined : entry.payload;
@@ -185,18 +211,42 @@ export class DenoKvJournal implements Journal {
         value,
         ...(finished && this.#retention > 0 ? { expireIn: this.#retention } : {}),
       });
-      this.#payloadWrites(id, slot, separate, writes, parts);
+      this.#payloadWrites(id, place, separate, writes, parts);
     }
     for (const [id, payload] of change.payloads) {
       if (change.entries.has(id)) continue; // written with its entry
       if (payload === undefined && !this.#parts.has(id)) continue;
       this.#payloadWrites(id, this.#slot(id), payload, writes, parts);
     }
+    for (let i = 0; i < started.length; i += TRIES_PER_RECORD) {
+      const chunk = started.slice(i, i + TRIES_PER_RECORD);
+      const first = Math.min(...chunk.map(([, seq]) => seq));
+      const ids = new Set(startedIds.slice(i, i + TRIES_PER_RECORD));
+      writes.push({ kind: "set", key: keys.triesFrom(first), value: encodeTries(chunk) });
+      this.#tries.set(first, ids);
+      for (const id of ids) this.#inTries.set(id, first);
+    }
+    for (const first of this.#spentTries) {
+      writes.push({ kind: "delete", key: keys.triesFrom(first) });
+    }
+    this.#spentTries = [];
     if (change.currentSeq !== undefined || !this.#metaCurrent) {
       const currentSeq = change.currentSeq ?? this.#currentSeq;
       writes.push({ kind: "set", key: keys.meta, value: encodeMeta(currentSeq) });
     }
     return writes;
+  }
+
+  /** `id` is no longer in the try its record of started tries lists; the last one deletes it. */
+  #leaveTries(id: string): void {
+    const first = this.#inTries.get(id);
+    if (first === undefined) return;
+    this.#inTries.delete(id);
+    const ids = this.#tries.get(first)!;
+    ids.delete(id);
+    if (ids.size > 0) return;
+    this.#tries.delete(first);
+    this.#spentTries.push(first);
   }
 
   /** Write `payload` in parts of its own (undefined: none), deleting the parts no longer used. */
@@ -297,10 +347,14 @@ export class DenoKvJournal implements Journal {
       : decodeMeta(meta.value);
     this.#slots.clear();
     this.#parts.clear();
+    this.#inTries.clear();
+    this.#tries.clear();
+    this.#spentTries = [];
     this.#history = undefined;
     let highest = 0;
     const entries: JournalEntry[] = [];
     const payloads = new Map<string, string>();
+    const inSlot = new Map<number, number>(); // slot -> index in entries
     const depth = this.#keys.prefix.length;
     for await (const entry of list(this.#kv, this.#keys.jobs)) {
       const slot = entry.key[depth + 1];
@@ -310,8 +364,31 @@ export class DenoKvJournal implements Journal {
       const read = decodeEntry(entry.value, `job ${slot}`, keyId(slot));
       this.#slots.set(read.record.id, slot);
       if (read.payload !== undefined) payloads.set(read.record.id, read.payload);
+      if (typeof slot === "number") inSlot.set(slot, entries.length);
       if (typeof slot === "number") highest = Math.max(highest, slot);
       entries.push(read);
+    }
+    for await (const entry of list(this.#kv, this.#keys.tries)) {
+      const first = entry.key[depth + 1];
+      if (!Number.isSafeInteger(first) || entry.key.length !== depth + 2) {
+        throw malformed(`a tries key has the wrong shape (${entry.key.map(String).join("/")})`);
+      }
+      const ids = new Set<string>();
+      for (const [slot, seq, attempt, at] of decodeTries(entry.value, `tries record ${first}`)) {
+        const index = inSlot.get(slot);
+        if (index === undefined) continue; // the job was deleted or finished since
+        const { record } = entries[index];
+        // Still queued with the tries before this one: the try is in progress.
+        if (!isQueued(record) || record.attempts !== attempt - 1) continue;
+        entries[index] = {
+          record: startTry(record, at),
+          active: { seq, accepted: true, confirmed: false, outcome: undefined },
+        };
+        ids.add(record.id);
+        this.#inTries.set(record.id, first as number);
+      }
+      if (ids.size > 0) this.#tries.set(first as number, ids);
+      else this.#spentTries.push(first as number);
     }
     const parts = new Map<JobSlot, Uint8Array[]>();
     for await (const entry of list(this.#kv, this.#keys.payloads)) {

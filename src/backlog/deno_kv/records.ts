@@ -7,6 +7,7 @@
  * [...P, "job", slot]          {"r":record,"o":order,"a":try,"p":payload}   one per live job
  * [...P, "done", slot]         {"r":record}                   one per finished job (expiring)
  * [...P, "payload", slot, n]   payload bytes, n = 0, 1, ...   a live job's larger payload
+ * [...P, "try", seq]           {"jobs":[[slot,seq,attempt,at],...]}  tries started in one commit
  * ```
  *
  * A job's `slot` is a number the journal gives it when it first writes the job, counting up, so
@@ -15,6 +16,12 @@
  * A job keeps its slot for life: finished, it moves to the same slot under `"done"`. A payload
  * goes in the job's value (`p`, the JSON text as a string) while that value stays within
  * {@linkcode INLINE_BYTES}; a larger one is kept in parts of its own.
+ *
+ * A try started from the backlog is not a rewrite of its job: the commit that starts tries writes
+ * one `try` record (keyed by its first sequence) listing them. At load, a listed job whose record
+ * is still queued with `attempt - 1` tries is active: `startTry(record, at)`, accepted, under
+ * `seq`. Any later write of the job takes precedence; the record goes when none of its jobs is
+ * still in that try.
  *
  * Format versions: 1 keyed everything by MessageID (a string where the slot is). Version 2 reads
  * such a store as it is, its jobs keep their keys, and it marks the store version 2 with its first
@@ -57,6 +64,8 @@ export class JobStoreKeys {
   readonly payloads: KvKey;
   /** List prefix of the finished jobs' records. */
   readonly finished: KvKey;
+  /** List prefix of the records of started tries. */
+  readonly tries: KvKey;
 
   /** Keys under `prefix`. */
   constructor(readonly prefix: KvKey) {
@@ -65,6 +74,12 @@ export class JobStoreKeys {
     this.jobs = [...prefix, "job"];
     this.payloads = [...prefix, "payload"];
     this.finished = [...prefix, "done"];
+    this.tries = [...prefix, "try"];
+  }
+
+  /** The record of the tries a commit started, the first under sequence `seq`. */
+  triesFrom(seq: number): KvKey {
+    return [...this.tries, seq];
   }
 
   /** A finished job's record. */
@@ -121,6 +136,28 @@ export function decodeEntry(value: unknown, where: string, id?: string): Journal
     ...(parsed.a && Number.isSafeInteger(parsed.a.seq) ? { active: { ...parsed.a } } : {}),
     ...(parsed.p === undefined ? {} : { payload: parsed.p }),
   };
+}
+
+/** One try a commit started: the job's slot, its sequence, its attempt number, its start time. */
+export type StartedTry = readonly [slot: number, seq: number, attempt: number, at: number];
+
+/** Encode a record of started tries. */
+export function encodeTries(tries: readonly StartedTry[]): Uint8Array {
+  return encoder.encode(JSON.stringify({ jobs: tries }));
+}
+
+/** Decode a record of started tries; throws `QueueConflictError` for a malformed one. */
+export function decodeTries(value: unknown, where: string): StartedTry[] {
+  const { jobs } = parse(value, where);
+  if (
+    !Array.isArray(jobs) ||
+    !jobs.every((job) =>
+      Array.isArray(job) && job.length === 4 && job.every((n) => Number.isSafeInteger(n))
+    )
+  ) {
+    throw malformed(`${where} is not a list of tries`);
+  }
+  return jobs as StartedTry[];
 }
 
 /** Encode the meta record. */

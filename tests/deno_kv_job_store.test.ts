@@ -233,7 +233,7 @@ describe(`DenoKvJobStore (${CLIENT})`, () => {
     }
   });
 
-  test("a job's keys are numbered in write order, not by its MessageID, and keep their slot", async () => {
+  test("a job's keys are numbered in write order, not by its MessageID", async () => {
     const kv = await openKv(":memory:");
     try {
       const clock = new SimulatedClock();
@@ -249,7 +249,7 @@ describe(`DenoKvJobStore (${CLIENT})`, () => {
       assert.deepEqual(await keysUnder(kv, ["slots", "payload"]), ["4/0"], "small ones inline");
       const [meta] = await kv.getMany([["slots", "meta"]]);
       assert.deepEqual(JSON.parse(new TextDecoder().decode(meta.value as Uint8Array)).v, 2);
-      // "zeta" runs to completion: its record moves to the same slot under "done".
+      // "zeta" runs to completion: its record moves to a record of the jobs that commit finished.
       const [zeta] = await store.take(1);
       assert.equal(zeta.messageId, "zeta");
       await store.commit(epoch, {
@@ -257,11 +257,11 @@ describe(`DenoKvJobStore (${CLIENT})`, () => {
         accept: ["zeta"],
       });
       await store.confirmMessage(epoch, "zeta", { outcome: { kind: "completed" } });
-      assert.deepEqual(await keysUnder(kv, ["slots", "done"]), ["1"]);
+      assert.deepEqual(await keysUnder(kv, ["slots", "finished"]), ["1"]);
       assert.deepEqual(await keysUnder(kv, ["slots", "job"]), ["2", "3", "4"]);
       store.close();
 
-      // A reload counts on after every slot in use (the finished ones too): the next job gets 5.
+      // A reload counts on after every slot in use: the next job gets 5.
       const reopened = new DenoKvJobStore(kv, { prefix: ["slots"], clock });
       const { epoch: next } = await reopened.load();
       await reopened.enqueue([{ id: "new", payload: '"n"', plan }]);
@@ -284,7 +284,7 @@ describe(`DenoKvJobStore (${CLIENT})`, () => {
       await reopened.commit(next, { confirm: taken.map((job) => job.messageId) });
       assert.deepEqual(await keysUnder(kv, ["slots", "job"]), []);
       assert.deepEqual(await keysUnder(kv, ["slots", "payload"]), []);
-      assert.deepEqual(await keysUnder(kv, ["slots", "done"]), ["1", "2", "3", "4", "5"]);
+      assert.deepEqual(await keysUnder(kv, ["slots", "finished"]), ["1", "2"]);
       reopened.close();
     } finally {
       kv.close();
@@ -331,7 +331,8 @@ describe(`DenoKvJobStore (${CLIENT})`, () => {
       await store.confirmMessage(epoch, job.messageId, { outcome: { kind: "completed" } });
       assert.deepEqual(await keysUnder(kv, ["v1", "job"]), ["1"]);
       assert.deepEqual(await keysUnder(kv, ["v1", "payload"]), [], "the old part went");
-      assert.deepEqual(await keysUnder(kv, ["v1", "done"]), ['"old-done"', '"old-waiting"']);
+      assert.deepEqual(await keysUnder(kv, ["v1", "done"]), ['"old-done"']);
+      assert.deepEqual(await keysUnder(kv, ["v1", "finished"]), ["1"]);
       store.close();
     } finally {
       kv.close();
@@ -439,6 +440,51 @@ describe(`DenoKvJobStore (${CLIENT})`, () => {
       assert.deepEqual(await keysUnder(kv, ["tries", "try"]), []);
       assert.deepEqual(await keysUnder(kv, ["tries", "job"]), []);
       assert.deepEqual(store.counts(), { waiting: 0, scheduled: 0, failed: 0, active: 0, dead: 0 });
+      store.close();
+    } finally {
+      kv.close();
+    }
+  });
+
+  test("the jobs a commit finishes are one record; the last of them to be forgotten deletes it", async () => {
+    const kv = await openKv(":memory:");
+    try {
+      const clock = new SimulatedClock();
+      const open = () => new DenoKvJobStore(kv, { prefix: ["ring"], clock, retainedJobs: 3 });
+      let store = open();
+      const { epoch } = await store.load();
+      const ids = ["a", "b", "c", "d", "e", "f"];
+      const plan = planJob({}, clock.now());
+      await store.enqueue(ids.map((id) => ({ id, payload: `"${id}"`, plan })));
+      const taken = await store.take(6);
+      await store.commit(epoch, {
+        store: {
+          firstSeq: 1,
+          jobs: taken.map(({ messageId, payload }) => ({ messageId, payload })),
+        },
+      });
+      const finish = async (confirm: string[]) => {
+        clock.advance(1);
+        await store.commit(epoch, { confirm });
+        return await keysUnder(kv, ["ring", "finished"]);
+      };
+      assert.deepEqual(await finish(["a", "b", "c"]), ["1"]);
+      // Three are retained: "a" and "b" are forgotten without a write; "c" keeps record 1.
+      assert.deepEqual(await finish(["d", "e"]), ["1", "2"]);
+      assert.deepEqual(await finish(["f"]), ["2", "3"], "record 1 went with c");
+      assert.deepEqual(await keysUnder(kv, ["ring", "job"]), []);
+      const states = async () =>
+        await Promise.all(ids.map(async (id) => (await store.get(id))?.state));
+      const expected = [undefined, undefined, undefined, "completed", "completed", "completed"];
+      assert.deepEqual(await states(), expected);
+      store.close();
+
+      // A reload reads them back, and a forgotten one submitted again is a new job.
+      store = open();
+      await store.load();
+      assert.deepEqual(await states(), expected);
+      const [again] = await store.enqueue([{ id: "c", payload: '"c"', plan }]);
+      assert.deepEqual([again.created, again.job.state], [true, "waiting"]);
       store.close();
     } finally {
       kv.close();

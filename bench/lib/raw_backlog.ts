@@ -4,9 +4,9 @@
  * checking the epoch key as the store's journal does, `perCommit` jobs in each commit:
  *
  * - **ingest**: per job its record with its (small) payload in it (what `POST /jobs` writes);
- * - **drain**: per commit one record of the tries it starts (plus the append cursor), then per
- *   job its record moved to the finished keys with an expiry, and the tries record deleted (what
- *   completed tries write).
+ * - **drain**: per commit one record of the tries it starts (plus the append cursor), then the
+ *   jobs' records deleted, one record of the finished jobs written with an expiry, and the tries
+ *   record deleted (what completed tries write).
  *
  * @module
  */
@@ -14,6 +14,8 @@
 import { encodeEpoch } from "../../src/queue/deno_kv/codec.ts";
 import {
   encodeEntry,
+  encodeFinished,
+  encodeGroup,
   encodeMeta,
   encodeTries,
   JobStoreKeys,
@@ -118,11 +120,12 @@ export async function rawBacklogDrain(
       atomic.set(keys.meta, encodeMeta(first + batch.length));
     });
     await commit((atomic) => {
-      batch.forEach((job, i) => {
-        const done = finishTry(taken[i], { kind: "completed" }, DEFAULTS, now, Math.random);
+      const finished = batch.map((job, i) => {
         atomic.delete(keys.job(job.slot));
-        atomic.set(keys.done(job.slot), encodeEntry({ record: done }), { expireIn: RETENTION });
+        const done = finishTry(taken[i], { kind: "completed" }, DEFAULTS, now, Math.random);
+        return encodeFinished({ record: done });
       });
+      atomic.set(keys.group(first / perCommit + 1), encodeGroup(finished), { expireIn: RETENTION });
       atomic.delete(keys.triesFrom(first + 1));
     });
   }

@@ -13,12 +13,15 @@
  *   failed commit has an unknown outcome; the store then re-reads the journal (`reread`) before
  *   its next call.
  * - **Slots.** Each job's keys are numbered by its slot (`records.ts`), which the journal hands out
- *   in write order and remembers per MessageID; a load continues after the highest slot in use.
- * - **Finished jobs** (completed, cancelled) move to their own keys, written with `expireIn` of
- *   the retention (KV forgets them even if the store's count-based eviction never gets to
- *   them). A load reads only the live jobs, so a restart does not wait for the history; the
- *   finished ones are read afterwards, and a call that mentions a MessageID the store does not
- *   know waits for that read (the history is keyed by slot, not by MessageID).
+ *   in write order and remembers per MessageID; a load continues after the highest slot in use
+ *   (or still listed by a record of started tries). The journal also remembers which record of
+ *   started tries, or of finished jobs, each job is in.
+ * - **Finished jobs** (completed, cancelled) move to records of finished jobs, one per commit,
+ *   written with `expireIn` of the retention (KV forgets them even if the store's count-based
+ *   eviction never gets to them). A load reads only the live jobs, so a restart does not wait
+ *   for the history; the finished ones are read afterwards, and a call that mentions a
+ *   MessageID the store does not know waits for that read (the history is not keyed by
+ *   MessageID).
  *
  * @module
  */
@@ -31,12 +34,16 @@ import type { Journal, JournalChange, JournalEntry, JournalSnapshot } from "../j
 import { isQueued, startTry } from "../../lifecycle/job_record.ts";
 import {
   decodeEntry,
+  decodeGroup,
   decodeMeta,
   decodeTries,
   encodeEntry,
+  encodeFinished,
+  encodeGroup,
   encodeMeta,
   encodeTries,
   FORMAT_VERSION,
+  GROUP_BYTES,
   INLINE_BYTES,
   type JobSlot,
   JobStoreKeys,
@@ -84,6 +91,14 @@ export class DenoKvJournal implements Journal {
   readonly #tries = new Map<number, Set<string>>();
   /** Records of started tries none of whose jobs is still in that try: the next commit deletes. */
   #spentTries: number[] = [];
+  /** The record of finished jobs each retained finished job is in (by the record's number). */
+  readonly #finishedIn = new Map<string, number>();
+  /** The jobs each record of finished jobs still holds for the store. */
+  readonly #finishedGroups = new Map<number, Set<string>>();
+  /** The number of the next record of finished jobs. */
+  #nextGroup = 1;
+  /** Records of finished jobs the store no longer keeps any of: the next commit deletes them. */
+  #spentGroups: number[] = [];
   /** The read of the finished jobs since the last load or re-read. */
   #history: Promise<JournalEntry[]> | undefined;
 
@@ -175,6 +190,7 @@ export class DenoKvJournal implements Journal {
     const keys = this.#keys;
     const started: StartedTry[] = [];
     const startedIds: string[] = [];
+    const ended: [string, JournalEntry][] = [];
     for (const [id, entry] of change.entries) {
       const slot = this.#slots.get(id);
       if (
@@ -188,31 +204,34 @@ export class DenoKvJournal implements Journal {
         continue;
       }
       this.#leaveTries(id);
-      if (!entry && slot === undefined) continue; // never written
+      const wasFinished = change.wereFinished.has(id);
+      // A job finished in a record of finished jobs leaves it; one of version 1 has its own key.
+      const grouped = wasFinished && this.#leaveGroup(id);
+      if (!entry && (slot === undefined || grouped)) continue; // nothing (else) to delete
       const place = slot ?? this.#slot(id);
-      const was = change.wereFinished.has(id) ? keys.done(place) : keys.job(place);
+      const was = wasFinished ? (grouped ? undefined : keys.done(place)) : keys.job(place);
       if (!entry) {
-        writes.push({ kind: "delete", key: was });
+        writes.push({ kind: "delete", key: was! });
         this.#payloadWrites(id, place, undefined, writes, parts);
         continue;
       }
       const finished = entry.record.state === "completed" || entry.record.state === "cancelled";
-      const key = finished ? keys.done(place) : keys.job(place);
-      if (was[was.length - 2] !== key[key.length - 2]) writes.push({ kind: "delete", key: was });
+      if (was && (finished || wasFinished)) writes.push({ kind: "delete", key: was });
+      if (finished) {
+        ended.push([id, entry]);
+        this.#payloadWrites(id, place, undefined, writes, parts);
+        continue;
+      }
       // A small payload goes in the job's own value: one key a job, not two.
-      const payload = finished ? undefined : entry.payload;
+      const payload = entry.payload;
       let value = encodeEntry(entry, payload);
       let separate = payload;
       if (payload !== undefined && value.length <= INLINE_BYTES) separate = undefined;
       else if (payload !== undefined) value = encodeEntry(entry);
-      writes.push({
-        kind: "set",
-        key,
-        value,
-        ...(finished && this.#retention > 0 ? { expireIn: this.#retention } : {}),
-      });
+      writes.push({ kind: "set", key: keys.job(place), value });
       this.#payloadWrites(id, place, separate, writes, parts);
     }
+    this.#groupWrites(ended, writes);
     for (const [id, payload] of change.payloads) {
       if (change.entries.has(id)) continue; // written with its entry
       if (payload === undefined && !this.#parts.has(id)) continue;
@@ -230,11 +249,60 @@ export class DenoKvJournal implements Journal {
       writes.push({ kind: "delete", key: keys.triesFrom(first) });
     }
     this.#spentTries = [];
+    for (const group of this.#spentGroups) writes.push({ kind: "delete", key: keys.group(group) });
+    this.#spentGroups = [];
     if (change.currentSeq !== undefined || !this.#metaCurrent) {
       const currentSeq = change.currentSeq ?? this.#currentSeq;
       writes.push({ kind: "set", key: keys.meta, value: encodeMeta(currentSeq) });
     }
     return writes;
+  }
+
+  /**
+   * Write the jobs that finished in this change as records of finished jobs, as few as fit a
+   * value each, expiring after the retention.
+   */
+  #groupWrites(ended: readonly [string, JournalEntry][], writes: Write[]): void {
+    let ids: string[] = [];
+    let values: Uint8Array[] = [];
+    let bytes = 0;
+    const flush = () => {
+      if (ids.length === 0) return;
+      const group = this.#nextGroup++;
+      writes.push({
+        kind: "set",
+        key: this.#keys.group(group),
+        value: encodeGroup(values),
+        ...(this.#retention > 0 ? { expireIn: this.#retention } : {}),
+      });
+      this.#finishedGroups.set(group, new Set(ids));
+      for (const id of ids) this.#finishedIn.set(id, group);
+      ids = [];
+      values = [];
+      bytes = 0;
+    };
+    for (const [id, entry] of ended) {
+      const value = encodeFinished(entry);
+      if (bytes + value.length > GROUP_BYTES) flush();
+      ids.push(id);
+      values.push(value);
+      bytes += value.length + 1;
+    }
+    flush();
+  }
+
+  /** `id` leaves its record of finished jobs, if it is in one; the last to leave deletes it. */
+  #leaveGroup(id: string): boolean {
+    const group = this.#finishedIn.get(id);
+    if (group === undefined) return false;
+    this.#finishedIn.delete(id);
+    const ids = this.#finishedGroups.get(group)!;
+    ids.delete(id);
+    if (ids.size === 0) {
+      this.#finishedGroups.delete(group);
+      this.#spentGroups.push(group);
+    }
+    return true;
   }
 
   /** `id` is no longer in the try its record of started tries lists; the last one deletes it. */
@@ -313,20 +381,47 @@ export class DenoKvJournal implements Journal {
   }
 
   async #readHistory(): Promise<JournalEntry[]> {
-    const entries: JournalEntry[] = [];
     const depth = this.#keys.prefix.length;
+    // Each MessageID's latest finished entry: version 1's own records first, then the records
+    // of finished jobs in commit order (a job run again after it finished is in a later one).
+    const latest = new Map<string, { entry: JournalEntry; group?: number }>();
     for await (const entry of list(this.#kv, this.#keys.finished)) {
-      const slot = entry.key[depth + 1];
-      if (!isSlot(slot)) continue; // a hint only: an unreadable one is skipped
-      let read: JournalEntry;
+      const id = entry.key[depth + 1];
+      if (typeof id !== "string") continue; // a hint only: an unreadable one is skipped
       try {
-        read = decodeEntry(entry.value, `finished job ${slot}`, keyId(slot));
+        latest.set(id, { entry: decodeEntry(entry.value, `finished job ${id}`, id) });
       } catch {
         continue; // skipped likewise
       }
-      // A job the store wrote since the load keeps the slot it has now.
-      if (!this.#slots.has(read.record.id)) this.#slots.set(read.record.id, slot);
-      entries.push(read);
+    }
+    const groups: number[] = [];
+    for await (const entry of list(this.#kv, this.#keys.groups)) {
+      const group = entry.key[depth + 1];
+      if (typeof group !== "number" || this.#finishedGroups.has(group)) continue; // this one's
+      let jobs: JournalEntry[];
+      try {
+        jobs = decodeGroup(entry.value, `finished jobs record ${group}`);
+      } catch {
+        continue;
+      }
+      groups.push(group);
+      for (const job of jobs) latest.set(job.record.id, { entry: job, group });
+    }
+    const kept = new Map<number, Set<string>>(groups.map((group) => [group, new Set()]));
+    const entries: JournalEntry[] = [];
+    for (const [id, { entry, group }] of latest) {
+      // A job the store knows otherwise (live, or finished since the load) is not this one.
+      if (this.#slots.has(id) || this.#finishedIn.has(id)) continue;
+      if (group === undefined) this.#slots.set(id, id);
+      else {
+        kept.get(group)!.add(id);
+        this.#finishedIn.set(id, group);
+      }
+      entries.push(entry);
+    }
+    for (const [group, ids] of kept) {
+      if (ids.size > 0) this.#finishedGroups.set(group, ids);
+      else this.#spentGroups.push(group);
     }
     return entries;
   }
@@ -350,6 +445,9 @@ export class DenoKvJournal implements Journal {
     this.#inTries.clear();
     this.#tries.clear();
     this.#spentTries = [];
+    this.#finishedIn.clear();
+    this.#finishedGroups.clear();
+    this.#spentGroups = [];
     this.#history = undefined;
     let highest = 0;
     const entries: JournalEntry[] = [];
@@ -375,6 +473,7 @@ export class DenoKvJournal implements Journal {
       }
       const ids = new Set<string>();
       for (const [slot, seq, attempt, at] of decodeTries(entry.value, `tries record ${first}`)) {
+        highest = Math.max(highest, slot); // a new job must not get a slot a record still lists
         const index = inSlot.get(slot);
         if (index === undefined) continue; // the job was deleted or finished since
         const { record } = entries[index];
@@ -412,13 +511,15 @@ export class DenoKvJournal implements Journal {
       payloads.set(id, joinPayload(found, id));
       this.#parts.set(id, found.length);
     }
-    // Slots count on after every one in use: the finished jobs' too (numbers sort after strings).
-    const last = this.#kv.list({ prefix: this.#keys.finished }, { reverse: true, limit: 1 });
-    for await (const entry of last) {
-      const slot = entry.key[depth + 1];
-      if (typeof slot === "number") highest = Math.max(highest, slot);
-    }
     this.#nextSlot = Math.floor(highest) + 1;
+    // Records of finished jobs are numbered on after the last one.
+    let lastGroup = 0;
+    const last = this.#kv.list({ prefix: this.#keys.groups }, { reverse: true, limit: 1 });
+    for await (const entry of last) {
+      const group = entry.key[depth + 1];
+      if (Number.isSafeInteger(group)) lastGroup = group as number;
+    }
+    this.#nextGroup = lastGroup + 1;
     this.#currentSeq = currentSeq;
     this.#metaCurrent = version === FORMAT_VERSION;
     return { currentSeq, entries, payloads };

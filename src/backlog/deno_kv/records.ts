@@ -2,20 +2,20 @@
  * Keys and values of the Deno KV job store under a prefix `P`:
  *
  * ```text
- * [...P, "epoch"]              {"epoch":n}                    written only by load: the fence
- * [...P, "meta"]               {"v":2,"seq":n}                format version, the append cursor
- * [...P, "job", slot]          {"r":record,"o":order,"a":try,"p":payload}   one per live job
- * [...P, "done", slot]         {"r":record}                   one per finished job (expiring)
- * [...P, "payload", slot, n]   payload bytes, n = 0, 1, ...   a live job's larger payload
- * [...P, "try", seq]           {"jobs":[[slot,seq,attempt,at],...]}  tries started in one commit
+ * [...P, "epoch"]             {"epoch":n}                           the fence, written by load
+ * [...P, "meta"]              {"v":2,"seq":n}                       format, append cursor
+ * [...P, "job", slot]         {"r":record,"o":order,"a":try,"p":payload}     one per live job
+ * [...P, "payload", slot, n]  payload bytes, n = 0, 1, ...          a live job's large payload
+ * [...P, "try", seq]          {"jobs":[[slot,seq,attempt,at],...]}  tries one commit started
+ * [...P, "finished", n]       {"jobs":[{"r":record},...]}           jobs one commit finished
+ * [...P, "done", id]          {"r":record}                          one finished job (v1)
  * ```
  *
  * A job's `slot` is a number the journal gives it when it first writes the job, counting up, so
  * the keys one commit writes sit next to each other. Keyed by MessageID (random, as UUIDs are),
  * a commit of 100 jobs touched a hundred places in KV's B-tree and cost about six times as much.
- * A job keeps its slot for life: finished, it moves to the same slot under `"done"`. A payload
- * goes in the job's value (`p`, the JSON text as a string) while that value stays within
- * {@linkcode INLINE_BYTES}; a larger one is kept in parts of its own.
+ * A payload goes in the job's value (`p`, the JSON text as a string) while that value stays
+ * within {@linkcode INLINE_BYTES}; a larger one is kept in parts of its own.
  *
  * A try started from the backlog is not a rewrite of its job: the commit that starts tries writes
  * one `try` record (keyed by its first sequence) listing them. At load, a listed job whose record
@@ -23,9 +23,16 @@
  * `seq`. Any later write of the job takes precedence; the record goes when none of its jobs is
  * still in that try.
  *
- * Format versions: 1 keyed everything by MessageID (a string where the slot is). Version 2 reads
- * such a store as it is, its jobs keep their keys, and it marks the store version 2 with its first
- * write, after which a version-1 reader refuses it by its meta record.
+ * The jobs a commit finishes (completed, cancelled) leave their live keys for one `finished`
+ * record (more when they do not fit one value), numbered in commit order and expiring after the
+ * retention. The store forgets a finished job (its count-based retention) without a write: the
+ * last of a record's jobs to be forgotten deletes the record. At load, a MessageID's latest
+ * record wins (a job run again after it finished is in a later one).
+ *
+ * Format versions: 1 keyed everything by MessageID (a string where the slot is), each finished
+ * job under `"done"`. Version 2 reads such a store as it is, its jobs keep their keys, and it
+ * marks the store version 2 with its first write, after which a version-1 reader refuses it by
+ * its meta record.
  *
  * Values are `Uint8Array` JSON (readable from every runtime); a payload is split into parts of
  * at most 60 KiB (a value holds 64 KiB).
@@ -62,8 +69,10 @@ export class JobStoreKeys {
   readonly jobs: KvKey;
   /** List prefix of the payload parts. */
   readonly payloads: KvKey;
-  /** List prefix of the finished jobs' records. */
+  /** List prefix of the finished jobs' own records (format version 1). */
   readonly finished: KvKey;
+  /** List prefix of the records of finished jobs. */
+  readonly groups: KvKey;
   /** List prefix of the records of started tries. */
   readonly tries: KvKey;
 
@@ -75,6 +84,12 @@ export class JobStoreKeys {
     this.payloads = [...prefix, "payload"];
     this.finished = [...prefix, "done"];
     this.tries = [...prefix, "try"];
+    this.groups = [...prefix, "finished"];
+  }
+
+  /** Record `n` of finished jobs. */
+  group(n: number): KvKey {
+    return [...this.groups, n];
   }
 
   /** The record of the tries a commit started, the first under sequence `seq`. */
@@ -82,7 +97,7 @@ export class JobStoreKeys {
     return [...this.tries, seq];
   }
 
-  /** A finished job's record. */
+  /** A finished job's own record (format version 1). */
   done(slot: JobSlot): KvKey {
     return [...this.finished, slot];
   }
@@ -113,7 +128,12 @@ export function encodeEntry(entry: JournalEntry, payload?: string): Uint8Array {
  * `QueueConflictError` for a malformed one.
  */
 export function decodeEntry(value: unknown, where: string, id?: string): JournalEntry {
-  const parsed = parse(value, `the record of ${where}`) as {
+  return checkEntry(parse(value, `the record of ${where}`), where, id);
+}
+
+/** A parsed entry checked (its record naming `id` when one is given). */
+function checkEntry(value: unknown, where: string, id?: string): JournalEntry {
+  const parsed = (typeof value === "object" && value !== null ? value : {}) as {
     r?: JobRecord;
     o?: number;
     a?: Active;
@@ -136,6 +156,37 @@ export function decodeEntry(value: unknown, where: string, id?: string): Journal
     ...(parsed.a && Number.isSafeInteger(parsed.a.seq) ? { active: { ...parsed.a } } : {}),
     ...(parsed.p === undefined ? {} : { payload: parsed.p }),
   };
+}
+
+/** A record of finished jobs holds up to this many bytes of them (a value holds 64 KiB). */
+export const GROUP_BYTES = 60 * 1024;
+
+/** A finished job's entry as it goes into a record of finished jobs. */
+export function encodeFinished(entry: JournalEntry): Uint8Array {
+  return encoder.encode(JSON.stringify({ r: entry.record }));
+}
+
+/** A record of finished jobs from their encoded entries. */
+export function encodeGroup(entries: readonly Uint8Array[]): Uint8Array {
+  const head = encoder.encode('{"jobs":[');
+  const length = entries.reduce((sum, entry) => sum + entry.length + 1, head.length + 1);
+  const bytes = new Uint8Array(length);
+  bytes.set(head);
+  let at = head.length;
+  entries.forEach((entry, i) => {
+    if (i > 0) bytes[at++] = 0x2c; // ","
+    bytes.set(entry, at);
+    at += entry.length;
+  });
+  bytes.set(encoder.encode("]}"), at);
+  return bytes.subarray(0, at + 2);
+}
+
+/** Decode a record of finished jobs; throws `QueueConflictError` for a malformed one. */
+export function decodeGroup(value: unknown, where: string): JournalEntry[] {
+  const { jobs } = parse(value, where);
+  if (!Array.isArray(jobs)) throw malformed(`${where} is not a list of jobs`);
+  return jobs.map((job, i) => checkEntry(job, `${where}, job ${i}`));
 }
 
 /** One try a commit started: the job's slot, its sequence, its attempt number, its start time. */

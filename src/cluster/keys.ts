@@ -19,8 +19,9 @@
  * Ready entries sort by band (higher priority first, because the band is the negated
  * priority), then due time, then submission order: listing a band from its start yields its due
  * jobs first. None of these names is used by the single-instance stores (`epoch`, `meta`,
- * `job`, `done`, `payload`, `flags`, `part`), so a prefix holding one cannot be mistaken for a
- * shared flow; `load` refuses a prefix that holds a single-instance store's keys.
+ * `job`, `done`, `payload`, `try`, `finished`, `flags`, `accepted`, `completed`, `part`), so a
+ * prefix holding one cannot be mistaken for a shared flow; `load` refuses a prefix that holds a
+ * single-instance store's keys.
  *
  * @module
  */

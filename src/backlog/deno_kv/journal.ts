@@ -97,6 +97,8 @@ export class DenoKvJournal implements Journal {
   readonly #finishedGroups = new Map<number, Set<string>>();
   /** The number of the next record of finished jobs. */
   #nextGroup = 1;
+  /** Records of finished jobs numbered from here were written since the last load or re-read. */
+  #firstNewGroup = 1;
   /** Records of finished jobs the store no longer keeps any of: the next commit deletes them. */
   #spentGroups: number[] = [];
   /** The read of the finished jobs since the last load or re-read. */
@@ -209,9 +211,10 @@ export class DenoKvJournal implements Journal {
       const grouped = wasFinished && this.#leaveGroup(id);
       if (!entry && (slot === undefined || grouped)) continue; // nothing (else) to delete
       const place = slot ?? this.#slot(id);
-      const was = wasFinished ? (grouped ? undefined : keys.done(place)) : keys.job(place);
+      // Where its record was: its live key, version 1's finished key, or a record of finished jobs.
+      const was = grouped ? undefined : wasFinished ? keys.done(place) : keys.job(place);
       if (!entry) {
-        writes.push({ kind: "delete", key: was! });
+        if (was) writes.push({ kind: "delete", key: was });
         this.#payloadWrites(id, place, undefined, writes, parts);
         continue;
       }
@@ -397,7 +400,8 @@ export class DenoKvJournal implements Journal {
     const groups: number[] = [];
     for await (const entry of list(this.#kv, this.#keys.groups)) {
       const group = entry.key[depth + 1];
-      if (typeof group !== "number" || this.#finishedGroups.has(group)) continue; // this one's
+      // A record written since the load holds jobs the store knows (or forgot since).
+      if (typeof group !== "number" || group >= this.#firstNewGroup) continue;
       let jobs: JournalEntry[];
       try {
         jobs = decodeGroup(entry.value, `finished jobs record ${group}`);
@@ -519,7 +523,7 @@ export class DenoKvJournal implements Journal {
       const group = entry.key[depth + 1];
       if (Number.isSafeInteger(group)) lastGroup = group as number;
     }
-    this.#nextGroup = lastGroup + 1;
+    this.#nextGroup = this.#firstNewGroup = lastGroup + 1;
     this.#currentSeq = currentSeq;
     this.#metaCurrent = version === FORMAT_VERSION;
     return { currentSeq, entries, payloads };

@@ -1,6 +1,7 @@
 /**
  * A job queue on a Deno KV file, its process killed with SIGKILL: the backlog survives (every job
- * runs after a restart), and so do the tries (attempt counts continue where they were).
+ * runs after a restart), and so do the tries (attempt counts continue where they were), also when
+ * the kills land while workers drain it.
  */
 
 import { after, test } from "node:test";
@@ -11,6 +12,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
 import { readJsonLines } from "./fixtures/durable_support.ts";
+import { openKv } from "./fixtures/open_kv.ts";
+import { DenoKvJobStore } from "../src/backlog/deno_kv/job_store.ts";
 import type { JobProcessConfig, JobProcessReport } from "./fixtures/job_queue_process.ts";
 import { waitFor, within } from "./support/waiting.ts";
 
@@ -111,6 +114,58 @@ test("a failing job's attempt count survives a SIGKILL: it ends dead after exact
     );
     assert.deepEqual(runs.map((r) => [r.run, r.attempt]), [[1, 1], [1, 2], [2, 3]]);
     await second.kill("SIGTERM");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("killed twice while workers drain 3,000 jobs, the queue completes every job and loses none", {
+  timeout: 180_000,
+}, async () => {
+  const dir = scenario();
+  const jobs = 3_000;
+  try {
+    const results = () =>
+      readJsonLines<{ id: string; run: number; attempt: number }>(join(dir, "results.jsonl"));
+    // Kill when a third of the jobs ran, then when two thirds did: mid-drain, tries in flight.
+    const first = start({ dir, run: 1, add: jobs, workers: 3 });
+    await waitFor(() => results().length >= 1_000, () => `1,000 results (${results().length})`);
+    await first.kill("SIGKILL");
+    const second = start({ dir, run: 2, workers: 3 });
+    await waitFor(() => results().length >= 2_000, () => `2,000 results (${results().length})`);
+    await second.kill("SIGKILL");
+    const third = start({ dir, run: 3, workers: 3 });
+    const ran = () => new Set(results().map((r) => r.id));
+    await waitFor(() => ran().size === jobs, () => `every job run (${ran().size})`, 120_000);
+    await third.kill("SIGTERM");
+
+    // The store, read back by a new handle, holds every job completed and nothing else.
+    const kv = await openKv(join(dir, "jobs.kv"));
+    try {
+      const store = new DenoKvJobStore(kv, { prefix: ["jobs"] });
+      await store.load();
+      // Closing does not wait for the last confirmations: a job whose confirmation it cut off is
+      // still active (it runs again at the next start), never waiting or gone.
+      const { active, ...others } = store.counts();
+      assert.deepEqual(others, { waiting: 0, scheduled: 0, failed: 0, dead: 0 });
+      const runs = new Map<string, number[]>();
+      for (const r of results()) runs.set(r.id, [...(runs.get(r.id) ?? []), r.attempt]);
+      for (let n = 1; n <= jobs; n++) {
+        const id = `job-${n}`;
+        const job = await store.get(id);
+        assert.ok(job?.state === "completed" || job?.state === "active", `${id}: ${job?.state}`);
+        // A try the kill interrupted runs again as the same try or a later one, never an earlier.
+        const attempts = runs.get(id)!;
+        assert.ok(attempts.every((a, i) => i === 0 || a >= attempts[i - 1]), `${id}: ${attempts}`);
+        assert.ok(job.attempts >= attempts.at(-1)!, `${id}: ${job.attempts} tries stored`);
+      }
+      assert.ok(active <= 3 * 20, `${active} confirmations cut off (at most the workers' windows)`);
+      const again = results().length - jobs;
+      assert.ok(again <= 2 * 500, `${again} jobs ran again (at most what two kills interrupted)`);
+      store.close();
+    } finally {
+      kv.close();
+    }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -103,6 +103,8 @@ export class DenoKvJournal implements Journal {
   #spentGroups: number[] = [];
   /** The read of the finished jobs since the last load or re-read. */
   #history: Promise<JournalEntry[]> | undefined;
+  /** Counts loads and re-reads: a history read begun before the latest one fails. */
+  #reads = 0;
 
   /** A journal under `prefix`; finished jobs expire after `retention` ms. */
   constructor(kv: KvLike, prefix: KvKey, retention: number) {
@@ -384,6 +386,7 @@ export class DenoKvJournal implements Journal {
   }
 
   async #readHistory(): Promise<JournalEntry[]> {
+    const reads = this.#reads;
     const depth = this.#keys.prefix.length;
     // Each MessageID's latest finished entry: version 1's own records first, then the records
     // of finished jobs in commit order (a job run again after it finished is in a later one).
@@ -411,6 +414,8 @@ export class DenoKvJournal implements Journal {
       groups.push(group);
       for (const job of jobs) latest.set(job.record.id, { entry: job, group });
     }
+    // A re-read since: the history read it starts counts, this one would adopt stale slots.
+    if (reads !== this.#reads) throw new Error("The history read was overtaken by a re-read");
     const kept = new Map<number, Set<string>>(groups.map((group) => [group, new Set()]));
     const entries: JournalEntry[] = [];
     for (const [id, { entry, group }] of latest) {
@@ -453,6 +458,7 @@ export class DenoKvJournal implements Journal {
     this.#finishedGroups.clear();
     this.#spentGroups = [];
     this.#history = undefined;
+    this.#reads += 1;
     let highest = 0;
     const entries: JournalEntry[] = [];
     const payloads = new Map<string, string>();

@@ -46,6 +46,7 @@ async function durableSystem(
       name: `w${i}`,
       clock,
       window: options.window ?? 10,
+      ackDelay: 0, // each confirmation at once: these tests follow the lane, not ack batching
       handler: (d) => void handled.push(d.messageId),
     });
     connectInProcess(controller, worker);
@@ -180,6 +181,7 @@ describe("durable lane", () => {
       producer: "jobs",
       name: "slow",
       clock: s.clock,
+      ackDelay: 0,
       handler: (d) => new Promise<void>((r) => (s.handled.push(d.messageId), release = r)),
     });
     connectInProcess(s.controller, slow);

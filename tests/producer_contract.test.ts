@@ -265,6 +265,7 @@ describe("delivery confirmation", () => {
         producer: "jobs",
         name: "ok",
         clock,
+        ackDelay: 0, // confirms at once: the simulated clock does not move here
         handler: (d) => void handled.push(d.messageId),
       }),
     );

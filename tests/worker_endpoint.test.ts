@@ -423,10 +423,43 @@ describe("worker endpoint sub-flow", () => {
     controller.registered();
     controller.jobs(1, ["j1", "j2", "j3", "j4", "j5"]);
     await quiesce();
-    // j1..j4 finished with jobs still buffered; j5 emptied the buffer and confirms at once.
+    // All five finished at once: one ack when the delay is up, none before.
+    assert.deepEqual(controller.ofType("ack").map((a) => a.confirmed), []);
+    await clock.advanceAsync(9);
+    assert.deepEqual(controller.ofType("ack").map((a) => a.confirmed), []);
+    await clock.advanceAsync(1);
     assert.deepEqual(controller.ofType("ack").map((a) => a.confirmed), [5]);
     await clock.advanceAsync(10);
     assert.deepEqual(controller.ofType("ack").map((a) => a.confirmed), [5], "nothing left to ack");
+  });
+
+  test("a worker left idle after its top-up request waits the ack delay to confirm, and a request carries it first", async () => {
+    // An ack sent right behind a request can wait for the request's TCP ACK (Nagle's algorithm in
+    // Deno's WebSocket client) while the controller, short of demand, sends nothing: no ack then.
+    const clock = new SimulatedClock();
+    const worker = new WorkerEndpoint<string>({
+      producer: "jobs",
+      name: "w",
+      clock,
+      window: 4,
+      ackDelay: 5,
+      handler: () => {},
+    });
+    const controller = new ScriptedController(worker);
+    controller.registered();
+    controller.jobs(1, ["j1", "j2", "j3"]);
+    await quiesce();
+    // After j2 at most half the window remained: a top-up request (confirmed 2). j3 emptied the
+    // buffer: its ack waits.
+    const topUps = () => controller.ofType("request").slice(1).map((r) => r.confirmed); // 1: demand
+    assert.deepEqual(topUps(), [2]);
+    assert.deepEqual(controller.ofType("ack"), []);
+    controller.jobs(4, ["j4"]);
+    await quiesce();
+    // j4 brought the window down again: the request confirms j3 and j4; nothing is left to ack.
+    assert.deepEqual(topUps(), [2, 4]);
+    await clock.advanceAsync(5);
+    assert.deepEqual(controller.ofType("ack"), []);
   });
 
   test("a final refusal closes the endpoint with a typed error; a retriable one does not", () => {

@@ -14,9 +14,9 @@
  *    **live** (registered on the current link): a worker that lost its link, or was told its
  *    binding ended, starts nothing more, because the controller has given those jobs to others.
  * 4. Only when the handler resolves is the job confirmed: a top-up `request` when at most half the
- *    window remains, otherwise an `ack` — at once when nothing else is buffered, else within
- *    `ackDelay` (completions in that delay share one cumulative ack), so a finished job is never
- *    left unconfirmed for long.
+ *    window remains, otherwise an `ack` within `ackDelay` (completions in that delay share one
+ *    cumulative ack; `ackDelay: 0` acks each at once), so a finished job is never left
+ *    unconfirmed for long.
  * 5. A handler that rejects is retried on this worker after the resend interval (the job stays in
  *    flight; it is never run twice at once), and a `handler-error` event reports it.
  * 6. Every resend interval a **tick**: with no session or no controller traffic since the last
@@ -1072,8 +1072,12 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     if (!this.#live) return; // confirmed on the next registration, if the binding survives
     if (this.#draining) return this.#ack();
     if (this.#requestUpTo - this.#confirmedSeq <= Math.floor(this.window / 2)) this.#request(false);
-    else if (this.#buffer.size === 0) this.#ack(); // nothing more to do: confirm now
-    else this.#scheduleAck(); // busy: share one ack with the jobs finishing within the delay
+    // Else an ack within ackDelay, shared with the jobs finishing meanwhile; usually the next
+    // top-up request carries it first. Not at once even when idle: a small frame right behind the
+    // request just sent can wait for that request's TCP ACK (Nagle's algorithm, which Deno's
+    // WebSocket client leaves on) while the controller, short of demand, sends nothing that would
+    // carry the ACK: up to 40 ms of delayed ACK in which no job reaches this worker.
+    else this.#scheduleAck();
     this.#drain();
     if (this.#gapOpen()) this.#request(true);
   }

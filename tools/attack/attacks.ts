@@ -383,7 +383,8 @@ export const badCredentials: Attack = async (context) => {
   );
   const tokens = [
     ...siblings.map((c) => `${version}.${claims}.${signature.slice(0, -1)}${c}`),
-    `${version}.${claims}.${signature.slice(0, -2)}AA`,
+    // Tampered: two other characters (one signature in 1,024 ends in "AA" itself).
+    `${version}.${claims}.${signature.slice(0, -2)}${signature.endsWith("AA") ? "AE" : "AA"}`,
     await signToken("another-secret-of-at-least-32-bytes!", {
       producer: "jobs",
       worker: "w",

@@ -52,6 +52,7 @@ import {
   splitPayload,
   type StartedTry,
 } from "./records.ts";
+import { SharedRecords } from "./shared_records.ts";
 
 /** One KV write. */
 type Write =
@@ -85,22 +86,14 @@ export class DenoKvJournal implements Journal {
   #currentSeq = 0;
   /** Whether the meta record says this format version (else the next commit writes it). */
   #metaCurrent = false;
-  /** The record of started tries each job is in (by the record's first sequence). */
-  readonly #inTries = new Map<string, number>();
-  /** The jobs still in each record of started tries. */
-  readonly #tries = new Map<number, Set<string>>();
-  /** Records of started tries none of whose jobs is still in that try: the next commit deletes. */
-  #spentTries: number[] = [];
-  /** The record of finished jobs each retained finished job is in (by the record's number). */
-  readonly #finishedIn = new Map<string, number>();
-  /** The jobs each record of finished jobs still holds for the store. */
-  readonly #finishedGroups = new Map<number, Set<string>>();
+  /** The jobs still in the try each record of started tries lists (by its first sequence). */
+  readonly #tries = new SharedRecords();
+  /** The finished jobs the store keeps from each record of finished jobs (by its number). */
+  readonly #groups = new SharedRecords();
   /** The number of the next record of finished jobs. */
   #nextGroup = 1;
   /** Records of finished jobs numbered from here were written since the last load or re-read. */
   #firstNewGroup = 1;
-  /** Records of finished jobs the store no longer keeps any of: the next commit deletes them. */
-  #spentGroups: number[] = [];
   /** The read of the finished jobs since the last load or re-read. */
   #history: Promise<JournalEntry[]> | undefined;
   /** Counts loads and re-reads: a history read begun before the latest one fails. */
@@ -202,15 +195,15 @@ export class DenoKvJournal implements Journal {
         typeof slot === "number" && !change.payloads.has(id)
       ) {
         // A try started from the backlog: listed in this commit's record of started tries.
-        this.#leaveTries(id);
+        this.#tries.leave(id);
         started.push([slot, entry.active.seq, entry.record.attempts, entry.record.startedAt]);
         startedIds.push(id);
         continue;
       }
-      this.#leaveTries(id);
+      this.#tries.leave(id);
       const wasFinished = change.wereFinished.has(id);
       // A job finished in a record of finished jobs leaves it; one of version 1 has its own key.
-      const grouped = wasFinished && this.#leaveGroup(id);
+      const grouped = wasFinished && this.#groups.leave(id);
       if (!entry && (slot === undefined || grouped)) continue; // nothing (else) to delete
       const place = slot ?? this.#slot(id);
       // Where its record was: its live key, version 1's finished key, or a record of finished jobs.
@@ -245,17 +238,15 @@ export class DenoKvJournal implements Journal {
     for (let i = 0; i < started.length; i += TRIES_PER_RECORD) {
       const chunk = started.slice(i, i + TRIES_PER_RECORD);
       const first = Math.min(...chunk.map(([, seq]) => seq));
-      const ids = new Set(startedIds.slice(i, i + TRIES_PER_RECORD));
       writes.push({ kind: "set", key: keys.triesFrom(first), value: encodeTries(chunk) });
-      this.#tries.set(first, ids);
-      for (const id of ids) this.#inTries.set(id, first);
+      this.#tries.hold(first, startedIds.slice(i, i + TRIES_PER_RECORD));
     }
-    for (const first of this.#spentTries) {
+    for (const first of this.#tries.takeSpent()) {
       writes.push({ kind: "delete", key: keys.triesFrom(first) });
     }
-    this.#spentTries = [];
-    for (const group of this.#spentGroups) writes.push({ kind: "delete", key: keys.group(group) });
-    this.#spentGroups = [];
+    for (const group of this.#groups.takeSpent()) {
+      writes.push({ kind: "delete", key: keys.group(group) });
+    }
     if (change.currentSeq !== undefined || !this.#metaCurrent) {
       const currentSeq = change.currentSeq ?? this.#currentSeq;
       writes.push({ kind: "set", key: keys.meta, value: encodeMeta(currentSeq) });
@@ -280,8 +271,7 @@ export class DenoKvJournal implements Journal {
         value: encodeGroup(values),
         ...(this.#retention > 0 ? { expireIn: this.#retention } : {}),
       });
-      this.#finishedGroups.set(group, new Set(ids));
-      for (const id of ids) this.#finishedIn.set(id, group);
+      this.#groups.hold(group, ids);
       ids = [];
       values = [];
       bytes = 0;
@@ -294,32 +284,6 @@ export class DenoKvJournal implements Journal {
       bytes += value.length + 1;
     }
     flush();
-  }
-
-  /** `id` leaves its record of finished jobs, if it is in one; the last to leave deletes it. */
-  #leaveGroup(id: string): boolean {
-    const group = this.#finishedIn.get(id);
-    if (group === undefined) return false;
-    this.#finishedIn.delete(id);
-    const ids = this.#finishedGroups.get(group)!;
-    ids.delete(id);
-    if (ids.size === 0) {
-      this.#finishedGroups.delete(group);
-      this.#spentGroups.push(group);
-    }
-    return true;
-  }
-
-  /** `id` is no longer in the try its record of started tries lists; the last one deletes it. */
-  #leaveTries(id: string): void {
-    const first = this.#inTries.get(id);
-    if (first === undefined) return;
-    this.#inTries.delete(id);
-    const ids = this.#tries.get(first)!;
-    ids.delete(id);
-    if (ids.size > 0) return;
-    this.#tries.delete(first);
-    this.#spentTries.push(first);
   }
 
   /** Write `payload` in parts of its own (undefined: none), deleting the parts no longer used. */
@@ -416,22 +380,16 @@ export class DenoKvJournal implements Journal {
     }
     // A re-read since: the history read it starts counts, this one would adopt stale slots.
     if (reads !== this.#reads) throw new Error("The history read was overtaken by a re-read");
-    const kept = new Map<number, Set<string>>(groups.map((group) => [group, new Set()]));
+    const kept = new Map<number, string[]>(groups.map((group) => [group, []]));
     const entries: JournalEntry[] = [];
     for (const [id, { entry, group }] of latest) {
       // A job the store knows otherwise (live, or finished since the load) is not this one.
-      if (this.#slots.has(id) || this.#finishedIn.has(id)) continue;
+      if (this.#slots.has(id) || this.#groups.has(id)) continue;
       if (group === undefined) this.#slots.set(id, id);
-      else {
-        kept.get(group)!.add(id);
-        this.#finishedIn.set(id, group);
-      }
+      else kept.get(group)!.push(id);
       entries.push(entry);
     }
-    for (const [group, ids] of kept) {
-      if (ids.size > 0) this.#finishedGroups.set(group, ids);
-      else this.#spentGroups.push(group);
-    }
+    for (const [group, ids] of kept) this.#groups.hold(group, ids);
     return entries;
   }
 
@@ -451,12 +409,8 @@ export class DenoKvJournal implements Journal {
       : decodeMeta(meta.value);
     this.#slots.clear();
     this.#parts.clear();
-    this.#inTries.clear();
     this.#tries.clear();
-    this.#spentTries = [];
-    this.#finishedIn.clear();
-    this.#finishedGroups.clear();
-    this.#spentGroups = [];
+    this.#groups.clear();
     this.#history = undefined;
     this.#reads += 1;
     let highest = 0;
@@ -481,7 +435,7 @@ export class DenoKvJournal implements Journal {
       if (!Number.isSafeInteger(first) || entry.key.length !== depth + 2) {
         throw malformed(`a tries key has the wrong shape (${entry.key.map(String).join("/")})`);
       }
-      const ids = new Set<string>();
+      const ids: string[] = [];
       for (const [slot, seq, attempt, at] of decodeTries(entry.value, `tries record ${first}`)) {
         highest = Math.max(highest, slot); // a new job must not get a slot a record still lists
         const index = inSlot.get(slot);
@@ -493,11 +447,9 @@ export class DenoKvJournal implements Journal {
           record: startTry(record, at),
           active: { seq, accepted: true, confirmed: false, outcome: undefined },
         };
-        ids.add(record.id);
-        this.#inTries.set(record.id, first as number);
+        ids.push(record.id);
       }
-      if (ids.size > 0) this.#tries.set(first as number, ids);
-      else this.#spentTries.push(first as number);
+      this.#tries.hold(first as number, ids); // none left in it: deleted by the next commit
     }
     const parts = new Map<JobSlot, Uint8Array[]>();
     for await (const entry of list(this.#kv, this.#keys.payloads)) {

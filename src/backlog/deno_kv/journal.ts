@@ -32,6 +32,7 @@ import { encodedKeySize } from "../../queue/deno_kv/layout.ts";
 import { decodeEpoch, encodeEpoch } from "../../queue/deno_kv/codec.ts";
 import type { Journal, JournalChange, JournalEntry, JournalSnapshot } from "../job_store_engine.ts";
 import { isQueued, startTry } from "../../lifecycle/job_record.ts";
+import { utf8Length } from "../../core/utf8.ts";
 import {
   decodeEntry,
   decodeGroup,
@@ -139,8 +140,7 @@ export class DenoKvJournal implements Journal {
     if (epoch !== this.#epoch || this.#epochVs === null) {
       throw new QueueFencedError(`Cannot write: epoch ${epoch} is fenced (current ${this.#epoch})`);
     }
-    const parts = new Map<string, number>();
-    const writes = this.#writes(change, parts);
+    const writes = this.#writes(change);
     for (const batch of this.#batches(writes)) {
       signal?.throwIfAborted();
       const atomic = this.#kv.atomic().check({
@@ -159,11 +159,6 @@ export class DenoKvJournal implements Journal {
         throw new QueueFencedError(`Cannot write: epoch ${epoch} is fenced by a newer load`);
       }
     }
-    for (const [id, count] of parts) {
-      if (count === 0) this.#parts.delete(id);
-      else this.#parts.set(id, count);
-    }
-    for (const [id, entry] of change.entries) if (!entry) this.#slots.delete(id);
     if (change.currentSeq !== undefined) this.#currentSeq = change.currentSeq;
     this.#metaCurrent = true;
   }
@@ -179,45 +174,48 @@ export class DenoKvJournal implements Journal {
   }
 
   /**
-   * The writes of one change; `parts` gets how many payload parts each changed job will have
-   * once they are applied.
+   * The writes of one change. What the journal remembers (slots, payload parts, shared records)
+   * is updated as they are planned: a commit that fails makes the store re-read it all.
    */
-  #writes(change: JournalChange, parts: Map<string, number>): Write[] {
+  #writes(change: JournalChange): Write[] {
     const writes: Write[] = [];
     const keys = this.#keys;
     const started: StartedTry[] = [];
     const startedIds: string[] = [];
     const ended: [string, JournalEntry][] = [];
     for (const [id, entry] of change.entries) {
+      this.#tries.leave(id);
       const slot = this.#slots.get(id);
       if (
         entry?.started && entry.active && entry.record.startedAt !== undefined &&
         typeof slot === "number" && !change.payloads.has(id)
       ) {
         // A try started from the backlog: listed in this commit's record of started tries.
-        this.#tries.leave(id);
         started.push([slot, entry.active.seq, entry.record.attempts, entry.record.startedAt]);
         startedIds.push(id);
         continue;
       }
-      this.#tries.leave(id);
       const wasFinished = change.wereFinished.has(id);
       // A job finished in a record of finished jobs leaves it; one of version 1 has its own key.
       const grouped = wasFinished && this.#groups.leave(id);
-      if (!entry && (slot === undefined || grouped)) continue; // nothing (else) to delete
-      const place = slot ?? this.#slot(id);
+      if (!entry && (slot === undefined || grouped)) { // nothing (else) to delete
+        this.#slots.delete(id);
+        continue;
+      }
+      const place = this.#slot(id);
       // Where its record was: its live key, version 1's finished key, or a record of finished jobs.
       const was = grouped ? undefined : wasFinished ? keys.done(place) : keys.job(place);
       if (!entry) {
         if (was) writes.push({ kind: "delete", key: was });
-        this.#payloadWrites(id, place, undefined, writes, parts);
+        this.#payloadWrites(id, place, undefined, writes);
+        this.#slots.delete(id);
         continue;
       }
       const finished = entry.record.state === "completed" || entry.record.state === "cancelled";
       if (was && (finished || wasFinished)) writes.push({ kind: "delete", key: was });
       if (finished) {
         ended.push([id, entry]);
-        this.#payloadWrites(id, place, undefined, writes, parts);
+        this.#payloadWrites(id, place, undefined, writes);
         continue;
       }
       // A small payload goes in the job's own value: one key a job, not two.
@@ -227,13 +225,13 @@ export class DenoKvJournal implements Journal {
       if (payload !== undefined && value.length <= INLINE_BYTES) separate = undefined;
       else if (payload !== undefined) value = encodeEntry(entry);
       writes.push({ kind: "set", key: keys.job(place), value });
-      this.#payloadWrites(id, place, separate, writes, parts);
+      this.#payloadWrites(id, place, separate, writes);
     }
     this.#groupWrites(ended, writes);
     for (const [id, payload] of change.payloads) {
       if (change.entries.has(id)) continue; // written with its entry
       if (payload === undefined && !this.#parts.has(id)) continue;
-      this.#payloadWrites(id, this.#slot(id), payload, writes, parts);
+      this.#payloadWrites(id, this.#slot(id), payload, writes);
     }
     for (let i = 0; i < started.length; i += TRIES_PER_RECORD) {
       const chunk = started.slice(i, i + TRIES_PER_RECORD);
@@ -260,7 +258,7 @@ export class DenoKvJournal implements Journal {
    */
   #groupWrites(ended: readonly [string, JournalEntry][], writes: Write[]): void {
     let ids: string[] = [];
-    let values: Uint8Array[] = [];
+    let texts: string[] = [];
     let bytes = 0;
     const flush = () => {
       if (ids.length === 0) return;
@@ -268,20 +266,21 @@ export class DenoKvJournal implements Journal {
       writes.push({
         kind: "set",
         key: this.#keys.group(group),
-        value: encodeGroup(values),
+        value: encodeGroup(texts),
         ...(this.#retention > 0 ? { expireIn: this.#retention } : {}),
       });
       this.#groups.hold(group, ids);
       ids = [];
-      values = [];
+      texts = [];
       bytes = 0;
     };
     for (const [id, entry] of ended) {
-      const value = encodeFinished(entry);
-      if (bytes + value.length > GROUP_BYTES) flush();
+      const text = encodeFinished(entry);
+      const size = utf8Length(text);
+      if (bytes + size > GROUP_BYTES) flush();
       ids.push(id);
-      values.push(value);
-      bytes += value.length + 1;
+      texts.push(text);
+      bytes += size + 1;
     }
     flush();
   }
@@ -292,7 +291,6 @@ export class DenoKvJournal implements Journal {
     slot: JobSlot,
     payload: string | undefined,
     writes: Write[],
-    parts: Map<string, number>,
   ): void {
     const before = this.#parts.get(id) ?? 0;
     if (payload === undefined && before === 0) return;
@@ -303,7 +301,8 @@ export class DenoKvJournal implements Journal {
     for (let n = split.length; n < before; n++) {
       writes.push({ kind: "delete", key: this.#keys.payload(slot, n) });
     }
-    parts.set(id, split.length);
+    if (split.length === 0) this.#parts.delete(id);
+    else this.#parts.set(id, split.length);
   }
 
   /** Split writes into groups that each fit one atomic commit (with its epoch check). */

@@ -161,25 +161,14 @@ function checkEntry(value: unknown, where: string, id?: string): JournalEntry {
 /** A record of finished jobs holds up to this many bytes of them (a value holds 64 KiB). */
 export const GROUP_BYTES = 60 * 1024;
 
-/** A finished job's entry as it goes into a record of finished jobs. */
-export function encodeFinished(entry: JournalEntry): Uint8Array {
-  return encoder.encode(JSON.stringify({ r: entry.record }));
+/** A finished job's entry (JSON text) as it goes into a record of finished jobs. */
+export function encodeFinished(entry: JournalEntry): string {
+  return JSON.stringify({ r: entry.record });
 }
 
-/** A record of finished jobs from their encoded entries. */
-export function encodeGroup(entries: readonly Uint8Array[]): Uint8Array {
-  const head = encoder.encode('{"jobs":[');
-  const length = entries.reduce((sum, entry) => sum + entry.length + 1, head.length + 1);
-  const bytes = new Uint8Array(length);
-  bytes.set(head);
-  let at = head.length;
-  entries.forEach((entry, i) => {
-    if (i > 0) bytes[at++] = 0x2c; // ","
-    bytes.set(entry, at);
-    at += entry.length;
-  });
-  bytes.set(encoder.encode("]}"), at);
-  return bytes.subarray(0, at + 2);
+/** A record of finished jobs from their entries' JSON texts. */
+export function encodeGroup(entries: readonly string[]): Uint8Array {
+  return encoder.encode(`{"jobs":[${entries.join(",")}]}`);
 }
 
 /** Decode a record of finished jobs; throws `QueueConflictError` for a malformed one. */

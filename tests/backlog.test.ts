@@ -11,8 +11,11 @@ import {
   connectInProcess,
   JobQueue,
   MemoryJobStore,
+  type QueueBatch,
   WorkerEndpoint,
 } from "../mod.ts";
+import { BacklogProducer } from "../src/backlog/backlog_producer.ts";
+import { planJob } from "../src/lifecycle/job_options.ts";
 import { JobSystem } from "./support/job_harness.ts";
 import { waitFor } from "./support/waiting.ts";
 
@@ -219,5 +222,79 @@ describe("backlog", () => {
     }
     assert.deepEqual(s.queue.stats().backlog.waiting, 0, "nothing was stored");
     await s.close();
+  });
+
+  test("a job taken from the backlog needs no Accept: no commit carries one", async () => {
+    const s = new JobSystem();
+    const batches: QueueBatch[] = [];
+    const commit = s.store.commit.bind(s.store);
+    s.store.commit = (epoch, batch, options) => {
+      batches.push(batch);
+      return commit(epoch, batch, options);
+    };
+    await s.queue.start();
+    await s.queue.addMany(Array.from({ length: 40 }, (_, n) => ({ payload: n })));
+    s.worker("w1", () => {}, 10);
+    await s.until(() => s.queue.controller.stats().totals.confirmed === 40, "40 confirmed");
+    await s.until(() => s.queue.stats().backlog.active === 0, "every try stored");
+    assert.equal(s.runs.length, 40);
+    // Storing a job taken from the store's backlog accepted it in the same write: no commit
+    // carries an Accept. Without `accepted` on the store results every stored batch would.
+    assert.ok(batches.some((b) => b.store?.jobs.length), "jobs were stored");
+    assert.deepEqual(batches.filter((b) => b.accept?.length), []);
+    await s.close();
+  });
+
+  test("the backlog producer answers a grant in the same turn when the store is idle", async () => {
+    const store = new MemoryJobStore();
+    await store.load();
+    await store.enqueue(["a", "b", "c"].map((id) => ({ id, payload: "1", plan: planJob({}, 0) })));
+    const answers: string[][] = [];
+    const producer = new BacklogProducer(store);
+    producer.attach({
+      produced: (message) =>
+        answers.push("jobs" in message ? message.jobs.map((job) => job.messageId) : []),
+      storedAck: () => {},
+      maxPayloadBytes: 1024,
+      deliveryConfirmation: false,
+    });
+    producer.onRequestNext({ session: "s1", token: "t1", maxJobs: 2 });
+    assert.deepEqual(answers, [["a", "b"]], "answered before any await");
+    const jobs = [{ messageId: "a", seq: 1 }, { messageId: "b", seq: 2 }];
+    producer.onStored({ session: "s1", token: "t1", jobs });
+    producer.onAccepted({ session: "s1", token: "t1" });
+    // While another call runs, the grant waits its turn and is answered after it.
+    const adding = store.enqueue([{ id: "d", payload: "1", plan: planJob({}, 0) }]);
+    producer.onRequestNext({ session: "s1", token: "t2", maxJobs: 5 });
+    assert.equal(answers.length, 1);
+    await adding;
+    await waitFor(() => answers.length === 2, "the second answer");
+    assert.deepEqual(answers[1], ["c", "d"]);
+  });
+
+  test("a job taken from the backlog is stored accepted; one from elsewhere is not", async () => {
+    const store = new MemoryJobStore();
+    const { epoch } = await store.load();
+    await store.enqueue([{ id: "a", payload: "1", plan: planJob({}, 0) }]);
+    await store.take(10);
+    const { stored } = await store.commit(epoch, {
+      store: {
+        firstSeq: 1,
+        jobs: [{ messageId: "a", payload: "1" }, { messageId: "x", payload: "2" }],
+      },
+    });
+    assert.deepEqual(stored.map((result) => result.accepted), [true, undefined]);
+  });
+
+  test("takeNow answers at once only when no other call is running or waiting", async () => {
+    const store = new MemoryJobStore();
+    await store.load();
+    await store.enqueue([{ id: "a", payload: "1", plan: planJob({}, 0) }]);
+    const adding = store.enqueue([{ id: "b", payload: "2", plan: planJob({}, 0) }]);
+    assert.equal(store.takeNow(10), undefined, "an enqueue is still running");
+    await adding;
+    assert.deepEqual(store.takeNow(1)?.map((job) => job.messageId), ["a"]);
+    assert.deepEqual((await store.take(10)).map((job) => job.messageId), ["b"]);
+    assert.deepEqual(store.takeNow(10), [], "nothing is due");
   });
 });

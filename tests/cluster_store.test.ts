@@ -143,6 +143,23 @@ describe(`DenoKvClusterStore (${CLIENT})`, () => {
     }
   });
 
+  test("a job claimed from the backlog is stored accepted; one from elsewhere is not", async () => {
+    const f = await flow(["a"]);
+    try {
+      await f.stores[0].enqueue(f.jobs("j", 1));
+      assert.deepEqual((await f.stores[0].take(10)).map((job) => job.messageId), ["j0"]);
+      const { stored } = await f.stores[0].commit(f.epochs[0], {
+        store: {
+          firstSeq: 1,
+          jobs: [{ messageId: "j0", payload: "0" }, { messageId: "x", payload: "1" }],
+        },
+      });
+      assert.deepEqual(stored.map((result) => result.accepted), [true, undefined]);
+    } finally {
+      f.close();
+    }
+  });
+
   test("claims follow priority, then due time, then submission; a delayed job waits", async () => {
     const f = await flow(["a", "b"]);
     try {

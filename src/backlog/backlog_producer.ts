@@ -124,6 +124,12 @@ export class BacklogProducer implements ProducerEndpoint {
       const jobs = this.#carried.splice(0, grant.maxJobs);
       return this.#produce(grant, jobs);
     }
+    const now = this.#store.takeNow?.(grant.maxJobs);
+    if (now) {
+      // Answered in this turn: none is due, and the grant stays open until the store is ready.
+      if (now.length > 0) this.#produce(grant, now);
+      return;
+    }
     this.#taking = true;
     this.#store.take(grant.maxJobs).then(
       (jobs) => {

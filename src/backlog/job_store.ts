@@ -187,6 +187,12 @@ export interface JobStore extends DurableWorkQueue {
    * is reserved until the controller stores it (a try starts) and not handed out again.
    */
   take(max: number): Promise<readonly ReadyJob[]>;
+  /**
+   * `take` answered at once, when the store can without waiting (no other call is running);
+   * undefined when it cannot, and then the caller uses `take`. Optional: a store without it
+   * always answers through `take`.
+   */
+  takeNow?(max: number): readonly ReadyJob[] | undefined;
   /** A job as it is now, or undefined when unknown (or past its retention). */
   get(id: string): Promise<JobInfo | undefined>;
   /**

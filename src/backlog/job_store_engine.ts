@@ -218,6 +218,8 @@ export class JobStoreEngine implements JobStore {
   /** The last write's outcome is unknown: re-read the journal before the next call. */
   #stale = false;
   #tail: Promise<unknown> = Promise.resolve();
+  /** Calls started and not yet settled (running or waiting for their turn). */
+  #calls = 0;
   // What the running call changed, and what it will tell the listener once that is durable.
   readonly #changedEntries = new Set<string>();
   /** Jobs the running call started from their persisted record, with the record they got. */
@@ -297,27 +299,41 @@ export class JobStoreEngine implements JobStore {
 
   /** Up to `max` due jobs in order; each is reserved until stored. */
   take(max: number): Promise<readonly ReadyJob[]> {
-    return this.#transact(undefined, () => {
-      const now = this.#clock.now();
-      this.#promote(now);
-      const ready: ReadyJob[] = [];
-      while (ready.length < max && this.#due.size > 0) {
-        const entry = this.#due.pop()!;
-        if (this.#entries.get(entry.id) !== entry) continue; // stale
-        this.#entries.delete(entry.id);
-        this.#reserved.add(entry.id);
-        const record = this.#records.get(entry.id)!;
-        ready.push({
-          messageId: entry.id,
-          payload: this.#payloads.get(entry.id)!,
-          attempt: record.attempts + 1,
-          timeout: tryTimeout(record, this.settings.defaults),
-          ...(record.lost ? { lost: record.lost } : {}),
-        });
-      }
-      this.#arm();
-      return ready;
-    });
+    return this.#transact(undefined, () => this.#reserve(max));
+  }
+
+  /**
+   * `take` at once when no other call is running or waiting (a take writes nothing, so it needs
+   * no turn of its own); undefined otherwise. The controller's grants usually come when the store
+   * is idle: answered in the same turn, the jobs join the confirmations waiting for the next
+   * commit instead of waiting for a commit of their own.
+   */
+  takeNow(max: number): readonly ReadyJob[] | undefined {
+    if (this.#calls > 0 || !this.#loaded || this.#stale) return undefined;
+    return this.#reserve(max);
+  }
+
+  /** Reserve up to `max` due jobs, in order. Memory only. */
+  #reserve(max: number): ReadyJob[] {
+    const now = this.#clock.now();
+    this.#promote(now);
+    const ready: ReadyJob[] = [];
+    while (ready.length < max && this.#due.size > 0) {
+      const entry = this.#due.pop()!;
+      if (this.#entries.get(entry.id) !== entry) continue; // stale
+      this.#entries.delete(entry.id);
+      this.#reserved.add(entry.id);
+      const record = this.#records.get(entry.id)!;
+      ready.push({
+        messageId: entry.id,
+        payload: this.#payloads.get(entry.id)!,
+        attempt: record.attempts + 1,
+        timeout: tryTimeout(record, this.settings.defaults),
+        ...(record.lost ? { lost: record.lost } : {}),
+      });
+    }
+    this.#arm();
+    return ready;
   }
 
   /** A job as it is now. */
@@ -565,7 +581,12 @@ export class JobStoreEngine implements JobStore {
       outcome: undefined,
     });
     this.#notify((listener) => listener.changed(infoOf(started, now), previous));
-    return { seq: this.#currentSeq, alreadyStored: false, payload: this.#payloads.get(messageId)! };
+    return {
+      seq: this.#currentSeq,
+      alreadyStored: false,
+      payload: this.#payloads.get(messageId)!,
+      ...(fromBacklog ? { accepted: true } : {}),
+    };
   }
 
   #mark(messageId: string, flag: "accepted" | "confirmed", outcome: JobOutcome | undefined): void {
@@ -741,11 +762,13 @@ export class JobStoreEngine implements JobStore {
 
   /** Calls run one at a time in call order; one aborted while waiting never runs. */
   #serial<T>(options: QueueCallOptions | undefined, task: () => Promise<T>): Promise<T> {
+    this.#calls += 1;
     const run = this.#tail.then(() => {
       options?.signal?.throwIfAborted();
       return task();
     });
-    this.#tail = run.then(() => {}, () => {});
+    const settled = () => void (this.#calls -= 1);
+    this.#tail = run.then(settled, settled);
     return run;
   }
 

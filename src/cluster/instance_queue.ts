@@ -505,7 +505,12 @@ export class InstanceQueue {
       change.move(base.entry.record.state, "active");
       draft.set(id, { ...base, entry, handed: true });
       notices.push({ job: infoOf(entry.record, now), previous: base.entry.record.state });
-      stored.push({ seq, alreadyStored: false, payload: base.payload });
+      stored.push({
+        seq,
+        alreadyStored: false,
+        payload: base.payload,
+        ...(held ? { accepted: true } : {}),
+      });
     }
     for (const id of batch.accept ?? []) {
       const held = current(id)!;

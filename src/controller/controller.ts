@@ -199,6 +199,8 @@ type Handshake =
     readonly stored: Stored;
     /** The jobs to accept into the pool (not those held or completed recently), in order. */
     readonly accept: readonly Job[];
+    /** The MessageIDs whose Accept the queue must write (not those it accepted at the store). */
+    readonly unaccepted: readonly string[];
   }
   | {
     readonly phase: "accept";
@@ -1366,6 +1368,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     if (handshake.phase !== "store") return;
     const { known, ids, hashes, tries, texts } = handshake;
     const accept: Job[] = [];
+    const unaccepted: string[] = [];
     const storedJobs: { messageId: string; seq: number }[] = new Array(ids.length);
     let next = 0;
     for (let i = 0; i < ids.length; i++) {
@@ -1382,10 +1385,12 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
         seq = result.seq;
         payload = result.payload;
         if (!result.alreadyStored) this.#totals.stored += 1;
+        if (result.accepted !== true) unaccepted.push(messageId);
       } else {
         seq = ++this.#storeSeq;
         payload = texts[i];
         this.#totals.stored += 1;
+        unaccepted.push(messageId);
       }
       const tried = tries?.[i];
       accept.push(
@@ -1400,6 +1405,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
       ids: handshake.ids,
       stored,
       accept,
+      unaccepted,
     };
     this.#tellProducer((p) => p.onStored(stored));
   }
@@ -1417,10 +1423,10 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     if (session !== this.#session) return;
     const handshake = this.#handshake;
     if (handshake.phase === "stored-ack" && handshake.token === token) {
-      const { ids, accept } = handshake;
+      const { ids, accept, unaccepted } = handshake;
       this.#handshake = { phase: "accept", token, ids, accept };
-      if (this.#lane && accept.length > 0) {
-        this.#lane.accept(accept.map((job) => job.messageId));
+      if (this.#lane && unaccepted.length > 0) {
+        this.#lane.accept(unaccepted);
         this.#pumpLane();
       } else {
         this.#completeAccept();

@@ -9,7 +9,8 @@
  *   job in ascending store sequence (holes are normal). A failed load changes no ownership.
  * - `store` appends a new job at `currentSeq + 1`; the first write for a MessageID wins, and a
  *   retry returns the original sequence and payload with `alreadyStored: true`.
- * - `accept` records that the producer removed the job from its own recoverable source.
+ * - `accept` records that the producer removed the job from its own recoverable source (a store
+ *   result marked `accepted` needs none: the queue was that source).
  * - `confirmMessage` marks one job complete; a job both accepted and confirmed may be compacted,
  *   after which its MessageID counts as new. Confirmation is idempotent: confirming a MessageID
  *   that is already confirmed, compacted or unknown is a no-op, so a unit whose outcome is
@@ -107,6 +108,12 @@ export interface StoreResult {
   readonly alreadyStored: boolean;
   /** The authoritative (first-write) payload. */
   readonly payload: string;
+  /**
+   * True when the queue holds the job as accepted already: it came from the queue's own backlog,
+   * and storing it took it from there in the same write. The controller then skips its Accept (a
+   * write of nothing, one transaction fewer before the job can be dispatched).
+   */
+  readonly accepted?: boolean;
 }
 
 /** One job inside a batched store. */

@@ -48,9 +48,10 @@ async function withFile(body: (path: string) => Promise<void>): Promise<void> {
 }
 
 /** A KV handle whose next commits can fail after applying. */
-function lossy(kv: KvLike): KvLike & { loseNext: number } {
+function lossy(kv: KvLike): KvLike & { loseNext: number; commits: number } {
   const wrapper = {
     loseNext: 0,
+    commits: 0,
     getMany: kv.getMany.bind(kv),
     list: kv.list.bind(kv),
     atomic(): KvAtomicLike {
@@ -60,6 +61,7 @@ function lossy(kv: KvLike): KvLike & { loseNext: number } {
         set: (key, value, options) => (op.set(key, value, options), atomic),
         delete: (key) => (op.delete(key), atomic),
         async commit() {
+          wrapper.commits += 1;
           const result = await op.commit();
           if (wrapper.loseNext > 0) {
             wrapper.loseNext -= 1;
@@ -208,6 +210,44 @@ describe(`DenoKvJobStore (${CLIENT})`, () => {
       const repeat = await store.store(epoch, request);
       assert.deepEqual([repeat.seq, repeat.alreadyStored], [1, true]);
       assert.equal((await store.get("a"))?.attempts, 1, "one try, not two");
+    } finally {
+      kv.close();
+    }
+  });
+
+  test("calls made together share one commit; a failed one fails them all, and nothing is lost", async () => {
+    const kv = await openKv(":memory:");
+    try {
+      const handle = lossy(kv as unknown as KvLike);
+      const store = new DenoKvJobStore(handle, { prefix: ["group"], maxBacklog: 4 });
+      await store.load();
+      const plan = planJob({}, Date.now());
+      const add = (...ids: string[]) =>
+        store.enqueue(ids.map((id) => ({ id, payload: "1", plan })));
+      let before = handle.commits;
+      // The middle call does not fit the backlog: it fails alone, the others are written.
+      const [a, tooMany, b] = await Promise.allSettled([
+        add("a"),
+        add("w", "x", "y", "z"),
+        add("b"),
+      ]);
+      assert.equal(handle.commits - before, 1, "one commit for the group");
+      assert.deepEqual([a.status, tooMany.status, b.status], [
+        "fulfilled",
+        "rejected",
+        "fulfilled",
+      ]);
+      handle.loseNext = 1;
+      before = handle.commits;
+      const lost = await Promise.allSettled([add("c"), add("d")]);
+      assert.equal(handle.commits - before, 1);
+      assert.deepEqual(lost.map((result) => result.status), ["rejected", "rejected"]);
+      // The store re-read the journal: the lost answer's jobs had landed, and are known once.
+      const again = await Promise.all([add("c"), add("d"), add("a")]);
+      assert.deepEqual(again.map(([result]) => result.created), [false, false, false]);
+      const reopened = new DenoKvJobStore(kv, { prefix: ["group"] });
+      await reopened.load();
+      assert.equal(reopened.counts().waiting, 4);
     } finally {
       kv.close();
     }

@@ -3,7 +3,9 @@
  * a {@linkcode Journal}. The in-memory store's journal keeps nothing; the Deno KV store's journal
  * commits every change (fenced by the epoch) before a call resolves, and re-reads the store after
  * a write whose outcome is unknown. Calls run one at a time, in call order, so all are
- * linearizable.
+ * linearizable. Calls made while a commit is in flight wait together and then share one commit
+ * (group commit): each runs in order on the index, their changes are written at once, and each
+ * resolves once that write is durable (a failed write fails all of them).
  *
  * Where a job is kept:
  * - its record (state, attempts, timestamps, result or error) in `#records`, its payload in
@@ -64,6 +66,22 @@ import {
   type ReadyJob,
 } from "./job_store.ts";
 import { resolveStoreSettings, type StoreSettingsOptions } from "./store_settings.ts";
+
+/** One call of the store's contract, waiting for its turn. */
+interface Call {
+  readonly options: QueueCallOptions | undefined;
+  readonly body: () => unknown;
+  /** MessageIDs it names: finished ones are looked up while the history is being read. */
+  readonly mentions: readonly string[];
+  readonly resolve: (result: unknown) => void;
+  readonly reject: (error: unknown) => void;
+}
+
+/**
+ * A group of calls stops taking more once it changed this many jobs, so that its commit usually
+ * fits one KV transaction (the journal splits larger ones).
+ */
+const GROUP_CHANGES = 400;
 
 /** A queued job's place in the order. */
 interface Entry {
@@ -218,8 +236,10 @@ export class JobStoreEngine implements JobStore {
   /** The last write's outcome is unknown: re-read the journal before the next call. */
   #stale = false;
   #tail: Promise<unknown> = Promise.resolve();
-  /** Calls started and not yet settled (running or waiting for their turn). */
+  /** Calls and tasks started and not yet settled (running or waiting for their turn). */
   #calls = 0;
+  /** Calls waiting for their turn that a call made now joins (none once another task queued). */
+  #group: Call[] | undefined;
   // What the running call changed, and what it will tell the listener once that is durable.
   readonly #changedEntries = new Set<string>();
   /** Jobs the running call started from their persisted record, with the record they got. */
@@ -711,30 +731,47 @@ export class JobStoreEngine implements JobStore {
   }
 
   /**
-   * Run a call: after the calls before it, on a fresh index if the last write's outcome is
-   * unknown; then persist what it changed and, once that is durable, tell the listener.
+   * Run a call: after the calls before it, in a group with the calls made while it waits (on a
+   * fresh index if the last write's outcome is unknown); then persist what the group changed and,
+   * once that is durable, tell the listener.
    */
   #transact<T>(
     options: QueueCallOptions | undefined,
     body: () => T,
     mentions: readonly string[] = [],
   ): Promise<T> {
-    return this.#serial(options, async () => {
-      if (!this.#loaded) throw new Error("Cannot use the job store before load()");
-      if (this.#stale) {
-        const snapshot = await this.#journal.reread(this.#epoch, options?.signal);
-        if (snapshot) {
-          // The snapshot holds the live jobs: the finished ones are read again, as after a load.
-          this.#restore(snapshot);
-          this.#finishedRead = false;
-          this.#readFinished(this.#epoch);
-        }
-        this.#stale = false;
-      }
-      if (!this.#finishedRead && mentions.length > 0) {
-        // The finished jobs are still being read: look up the ones this call mentions.
-        const unknown = mentions.filter((id) => !this.#records.has(id));
-        if (unknown.length > 0) this.#adoptFinished(await this.#journal.lookupFinished(unknown));
+    this.#calls += 1;
+    return new Promise<T>((resolve, reject) => {
+      const call: Call = {
+        options,
+        body,
+        mentions,
+        resolve: (result) => {
+          this.#calls -= 1;
+          resolve(result as T);
+        },
+        reject: (error) => {
+          this.#calls -= 1;
+          reject(error);
+        },
+      };
+      if (this.#group) return void this.#group.push(call);
+      const group = [call];
+      this.#serial(undefined, () => this.#run(group), false);
+      this.#group = group; // after #serial, which closes the group before it
+    });
+  }
+
+  /** Run a group of calls in order: as many as fit one commit at a time. */
+  async #run(calls: Call[]): Promise<void> {
+    if (this.#group === calls) this.#group = undefined;
+    let next = 0;
+    while (next < calls.length) {
+      try {
+        await this.#prepare(calls.slice(next));
+      } catch (error) {
+        calls[next++].reject(error); // as if it had run alone; the next one tries again
+        continue;
       }
       this.#changedEntries.clear();
       this.#startedNow.clear();
@@ -742,32 +779,80 @@ export class JobStoreEngine implements JobStore {
       this.#wereFinished.clear();
       this.#seqMoved = false;
       this.#notices = [];
-      const result = body();
+      const ran: [Call, unknown][] = [];
+      let first = true;
+      for (; next < calls.length && (first || this.#changedEntries.size < GROUP_CHANGES); next++) {
+        const call = calls[next];
+        first = false;
+        try {
+          call.options?.signal?.throwIfAborted();
+          ran.push([call, call.body()]);
+        } catch (error) {
+          call.reject(error);
+        }
+      }
       const change = this.#change();
       if (change) {
+        // One call's commit may be aborted by its signal; a group's belongs to several callers.
+        const signal = ran.length === 1 ? ran[0][0].options?.signal : undefined;
         try {
-          await this.#journal.commit(this.#epoch, change, options?.signal);
+          await this.#journal.commit(this.#epoch, change, signal);
         } catch (error) {
           this.#stale = true; // memory is ahead of what is durable (or may be)
-          throw error;
+          for (const [call] of ran) call.reject(error);
+          continue;
         }
       }
       const notices = this.#notices;
       this.#notices = [];
       const listener = this.#listener;
       if (listener) { for (const notice of notices) notice(listener); }
-      return result;
-    });
+      for (const [call, result] of ran) call.resolve(result);
+    }
   }
 
-  /** Calls run one at a time in call order; one aborted while waiting never runs. */
-  #serial<T>(options: QueueCallOptions | undefined, task: () => Promise<T>): Promise<T> {
-    this.#calls += 1;
+  /**
+   * Before a group runs: a loaded store, an index re-read after a write whose outcome is
+   * unknown, and the finished jobs the calls mention while the history is still being read.
+   */
+  async #prepare(calls: readonly Call[]): Promise<void> {
+    if (!this.#loaded) throw new Error("Cannot use the job store before load()");
+    if (this.#stale) {
+      const snapshot = await this.#journal.reread(this.#epoch, calls[0].options?.signal);
+      if (snapshot) {
+        // The snapshot holds the live jobs: the finished ones are read again, as after a load.
+        this.#restore(snapshot);
+        this.#finishedRead = false;
+        this.#readFinished(this.#epoch);
+      }
+      this.#stale = false;
+    }
+    if (!this.#finishedRead) {
+      // The finished jobs are still being read: look up the ones these calls mention.
+      const unknown = new Set<string>();
+      for (const call of calls) {
+        for (const id of call.mentions) if (!this.#records.has(id)) unknown.add(id);
+      }
+      if (unknown.size > 0) this.#adoptFinished(await this.#journal.lookupFinished([...unknown]));
+    }
+  }
+
+  /**
+   * Tasks run one at a time in call order; one aborted while waiting never runs. A task counts
+   * as a call until it settles, except a group's, whose calls count themselves.
+   */
+  #serial<T>(
+    options: QueueCallOptions | undefined,
+    task: () => Promise<T>,
+    counted = true,
+  ): Promise<T> {
+    this.#group = undefined; // a call made from now on runs after this task
+    if (counted) this.#calls += 1;
     const run = this.#tail.then(() => {
       options?.signal?.throwIfAborted();
       return task();
     });
-    const settled = () => void (this.#calls -= 1);
+    const settled = () => void (counted && (this.#calls -= 1));
     this.#tail = run.then(settled, settled);
     return run;
   }

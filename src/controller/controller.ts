@@ -199,7 +199,10 @@ type Handshake =
     readonly stored: Stored;
     /** The jobs to accept into the pool (not those held or completed recently), in order. */
     readonly accept: readonly Job[];
-    /** The MessageIDs whose Accept the queue must write (not those it accepted at the store). */
+    /**
+     * The MessageIDs whose Accept the queue must write (not those it accepted at the store); none
+     * without a durable queue.
+     */
     readonly unaccepted: readonly string[];
   }
   | {
@@ -1390,7 +1393,6 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
         seq = ++this.#storeSeq;
         payload = texts[i];
         this.#totals.stored += 1;
-        unaccepted.push(messageId);
       }
       const tried = tries?.[i];
       accept.push(

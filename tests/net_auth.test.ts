@@ -129,6 +129,49 @@ test("the built-in authenticator enforces producer, kind and validity", async ()
   }
 });
 
+test("the built-in authenticator checks a token's signature once, and its validity every time", async () => {
+  const authenticate = createAuthenticator({ secret: SECRET }, "jobs");
+  const request = (token: string) => new Request(`http://h/x?token=${token}`);
+  const subtle = crypto.subtle;
+  const verify = subtle.verify;
+  let verified = 0;
+  subtle.verify = function (...args: Parameters<SubtleCrypto["verify"]>) {
+    verified += 1;
+    return verify.apply(subtle, args);
+  };
+  const realNow = Date.now;
+  try {
+    const client = await signToken(SECRET, { producer: "jobs", expiresIn: 60_000 });
+    for (let i = 0; i < 3; i++) {
+      assert.equal((await authenticate(request(client), "jobs")).ok, true);
+    }
+    assert.equal(verified, 1, "one signature check for three requests");
+    assert.deepEqual(await authenticate(request(client), "workers"), {
+      ok: false,
+      reason: "wrong-kind",
+    });
+    const [version, claims, signature] = client.split(".");
+    const tampered = `${version}.${claims}.${signature.slice(0, -2)}${
+      signature.endsWith("AA") ? "BB" : "AA"
+    }`;
+    for (let i = 0; i < 2; i++) {
+      assert.deepEqual(await authenticate(request(tampered), "jobs"), {
+        ok: false,
+        reason: "bad-signature",
+      });
+    }
+    assert.equal(verified, 3, "a token that failed is checked again each time");
+    Date.now = () => realNow() + 120_000; // the remembered token has expired meanwhile
+    assert.deepEqual(await authenticate(request(client), "jobs"), {
+      ok: false,
+      reason: "expired",
+    });
+  } finally {
+    subtle.verify = verify;
+    Date.now = realNow;
+  }
+});
+
 test("the built-in authenticator refuses short secrets up front", () => {
   assert.throws(() => createAuthenticator({ secret: "short" }, "jobs"), RangeError);
   assert.throws(() => createAuthenticator({ secret: new Uint8Array(16) }, "jobs"), RangeError);

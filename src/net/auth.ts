@@ -24,6 +24,7 @@
 
 import type { LinkIdentity } from "../controller/controller.ts";
 import { defaultLogger, type Logger } from "../core/logger.ts";
+import { RecentMap } from "../core/recent_map.ts";
 import { SUBPROTOCOL } from "../protocol/schemas.ts";
 import {
   isTokenKeys,
@@ -34,6 +35,9 @@ import {
   type TokenSecret,
   verifyToken,
 } from "./token.ts";
+
+/** How many verified tokens, with their claims, an authenticator remembers (first in, first out). */
+const VERIFIED_TOKENS = 1024;
 
 /**
  * The routes of the workpull app, as the authenticator sees them: `stats` also stands for the
@@ -211,11 +215,20 @@ export function createAuthenticator(
       'Cannot create the workpull app: option "auth.isRevoked" must be a function',
     );
   }
+  // A client sends the same token with every request: its signature is checked once (an HMAC
+  // verification costs tens of microseconds) and its claims kept. Only tokens that verified are
+  // kept; expiry, producer, kind and revocation are checked on every use.
+  const verified = new RecentMap<string, TokenClaims>(VERIFIED_TOKENS);
   return async (request, route) => {
     const token = extractToken(request);
     if (token === undefined) return { ok: false, reason: "missing-token" };
     try {
-      const claims = await verifyToken(keys, token);
+      let claims = verified.get(token);
+      if (claims === undefined || claims.exp * 1000 <= Date.now()) {
+        verified.delete(token);
+        claims = await verifyToken(keys, token); // an expired token is refused here, by name
+        verified.set(token, claims);
+      }
       if (claims.producer !== producer) return { ok: false, reason: "wrong-producer" };
       const workerRoute = route === "workers";
       if (workerRoute !== (claims.worker !== undefined)) return { ok: false, reason: "wrong-kind" };

@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { DenoKvJobStore } from "../src/backlog/deno_kv/job_store.ts";
 import { MemoryJobStore } from "../src/backlog/memory_job_store.ts";
-import type { JobStore } from "../src/backlog/job_store.ts";
+import type { JobStore, ReadyJob } from "../src/backlog/job_store.ts";
 import { SimulatedClock } from "../src/core/clock.ts";
 import { planJob } from "../src/lifecycle/job_options.ts";
 import type { JobOutcome } from "../src/lifecycle/job_record.ts";
@@ -13,7 +13,8 @@ import { prng } from "./support/waiting.ts";
 // The Deno KV job store keys jobs by slot, keeps small payloads in the job's value and writes the
 // tries it starts from the backlog as one record: random calls (enqueues with repeated
 // MessageIDs, takes, stores from the backlog and from outside it, accepts, confirmations that
-// complete or fail, reloads by new handles) must leave it where the in-memory store gets.
+// complete or fail, calls in flight together that share a commit, reloads by new handles) must
+// leave it where the in-memory store gets.
 
 const IDS = Array.from({ length: 30 }, (_, i) => `job-${i}`);
 const DEFAULTS = { attempts: 3, backoff: { type: "fixed", delay: 0 } } as const;
@@ -49,7 +50,38 @@ for (const seed of [1, 2, 3, 4, 5, 6]) {
       for (let step = 0; step < 250; step++) {
         clock.advance(Math.floor(random() * 3));
         const roll = random();
-        if (roll < 0.25) {
+        if (roll >= 0.85 && roll < 0.92) {
+          // Calls made together share a commit (group commit): an enqueue, a take, a store of
+          // what was taken and confirmations, all in flight at once, then compared one by one.
+          const batch = Array.from({ length: 1 + Math.floor(random() * 3) }, () => {
+            const id = pick(IDS);
+            return { id, payload: JSON.stringify({ id, step }), plan: planJob({}, clock.now()) };
+          });
+          const store: QueueBatch = { store: { firstSeq: currentSeq + 1, jobs: taken } };
+          const confirm = active.length > 0 ? [pick(active)] : [];
+          const outcomes = new Map<string, JobOutcome>(
+            confirm.filter(() => random() < 0.4).map((id) => [
+              id,
+              { kind: "failed", error: { name: "Error", message: `step ${step}` } },
+            ]),
+          );
+          const calls = (s: MemoryJobStore | DenoKvJobStore, epoch: number) => [
+            settle(s.enqueue(batch)),
+            settle(s.take(2)),
+            settle(s.commit(epoch, store)),
+            settle(s.commit(epoch, { confirm, outcomes })),
+          ];
+          const expected = await Promise.all(calls(memory, memoryEpoch));
+          const actual = await Promise.all(calls(durable, durableEpoch));
+          assert.deepEqual(actual, expected, `group at step ${step}`);
+          active.push(...taken.map((job) => job.messageId));
+          taken = (expected[1].value as readonly ReadyJob[]).map(
+            ({ messageId, payload }) => ({ messageId, payload }),
+          );
+          const stored = expected[2].value as { stored: { seq: number }[] } | undefined;
+          for (const result of stored?.stored ?? []) currentSeq = Math.max(currentSeq, result.seq);
+          active = active.filter((id) => !confirm.includes(id));
+        } else if (roll < 0.25) {
           const batch = Array.from({ length: 1 + Math.floor(random() * 4) }, () => {
             const id = pick(IDS);
             const plan = planJob({ priority: Math.floor(random() * 2) }, clock.now());

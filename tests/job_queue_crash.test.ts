@@ -93,6 +93,41 @@ test("killed with 10,000 jobs in the backlog and no worker, a restarted queue ru
   }
 });
 
+test("killed while four adds are in flight (sharing commits), every add that resolved is stored", {
+  timeout: 180_000,
+}, async () => {
+  const dir = scenario();
+  try {
+    const first = start({ dir, run: 1, add: 200_000, addBatch: 100, addInFlight: 4 });
+    const stored = () =>
+      first.reports.filter((r): r is Extract<JobProcessReport, { ev: "stored" }> =>
+        r.ev === "stored"
+      );
+    await first.until("50 batches stored", () => stored().length >= 50);
+    await first.kill("SIGKILL");
+    const resolved = stored();
+    assert.ok(resolved.length < 2_000, "killed before every batch was added");
+    const kv = await openKv(join(dir, "jobs.kv"));
+    try {
+      const store = new DenoKvJobStore(kv, { prefix: ["jobs"], maxBacklog: 1_000_000 });
+      await store.load();
+      const missing: string[] = [];
+      for (const report of resolved) {
+        for (let n = report.first; n < report.first + report.count; n++) {
+          if ((await store.get(`job-${n}`))?.state !== "waiting") missing.push(`job-${n}`);
+        }
+      }
+      assert.deepEqual(missing.slice(0, 10), [], `${missing.length} acknowledged jobs missing`);
+      assert.ok(store.counts().waiting >= resolved.length * 100);
+      store.close();
+    } finally {
+      kv.close();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test("a failing job's attempt count survives a SIGKILL: it ends dead after exactly its attempts", {
   timeout: 120_000,
 }, async () => {

@@ -768,7 +768,7 @@ export class JobStoreEngine implements JobStore {
     let next = 0;
     while (next < calls.length) {
       try {
-        await this.#prepare(calls.slice(next));
+        await this.#prepare(calls, next);
       } catch (error) {
         calls[next++].reject(error); // as if it had run alone; the next one tries again
         continue;
@@ -780,10 +780,10 @@ export class JobStoreEngine implements JobStore {
       this.#seqMoved = false;
       this.#notices = [];
       const ran: [Call, unknown][] = [];
-      let first = true;
-      for (; next < calls.length && (first || this.#changedEntries.size < GROUP_CHANGES); next++) {
-        const call = calls[next];
-        first = false;
+      const start = next;
+      const fits = () => next === start || this.#changedEntries.size < GROUP_CHANGES;
+      while (next < calls.length && fits()) {
+        const call = calls[next++];
         try {
           call.options?.signal?.throwIfAborted();
           ran.push([call, call.body()]);
@@ -812,13 +812,13 @@ export class JobStoreEngine implements JobStore {
   }
 
   /**
-   * Before a group runs: a loaded store, an index re-read after a write whose outcome is
-   * unknown, and the finished jobs the calls mention while the history is still being read.
+   * Before the calls from `from` on run: a loaded store, an index re-read after a write whose
+   * outcome is unknown, and the finished jobs they mention while the history is still being read.
    */
-  async #prepare(calls: readonly Call[]): Promise<void> {
+  async #prepare(calls: readonly Call[], from: number): Promise<void> {
     if (!this.#loaded) throw new Error("Cannot use the job store before load()");
     if (this.#stale) {
-      const snapshot = await this.#journal.reread(this.#epoch, calls[0].options?.signal);
+      const snapshot = await this.#journal.reread(this.#epoch, calls[from].options?.signal);
       if (snapshot) {
         // The snapshot holds the live jobs: the finished ones are read again, as after a load.
         this.#restore(snapshot);
@@ -830,8 +830,8 @@ export class JobStoreEngine implements JobStore {
     if (!this.#finishedRead) {
       // The finished jobs are still being read: look up the ones these calls mention.
       const unknown = new Set<string>();
-      for (const call of calls) {
-        for (const id of call.mentions) if (!this.#records.has(id)) unknown.add(id);
+      for (let i = from; i < calls.length; i++) {
+        for (const id of calls[i].mentions) if (!this.#records.has(id)) unknown.add(id);
       }
       if (unknown.size > 0) this.#adoptFinished(await this.#journal.lookupFinished([...unknown]));
     }

@@ -68,6 +68,7 @@ export {
   BufferedProducer,
   type BufferedProducerOptions,
   type Receipt,
+  type SubmitManyOptions,
   type SubmitOptions,
 } from "./src/producer/buffered_producer.ts";
 export {

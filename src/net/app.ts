@@ -619,11 +619,11 @@ function submitAll(
   ids: readonly string[],
   timeout: number,
 ): Promise<SubmitResult> {
-  const all = Promise.all(jobs.map(async (job, i) => {
-    const receipt = await producer.submit(job.payload, { messageId: ids[i] });
-    await receipt.accepted;
-    return { messageId: receipt.messageId, seq: receipt.seq };
-  })).then(
+  const payloads = jobs.map((job) => job.payload);
+  const all = producer.submitMany(payloads, { messageIds: ids }).then(async (receipts) => {
+    await Promise.all(receipts.map((receipt) => receipt.accepted));
+    return receipts.map((receipt) => ({ messageId: receipt.messageId, seq: receipt.seq }));
+  }).then(
     (receipts): SubmitResult => ({ kind: "accepted", receipts }),
     (error): SubmitResult => ({ kind: "failed", error }),
   );

@@ -17,6 +17,12 @@ import { now, repoPath, type Runtime, runtime, scriptCommand, until } from "./ru
 import { type RawServer, rawServer, serveWorkpull, workerToken } from "./servers.ts";
 import type { WorkerConfig } from "../scenarios/worker_process.ts";
 
+/**
+ * Jobs per `submitMany` call of a throughput run: a producer with many jobs at hand hands them
+ * over in batches (the producer's default `maxBatch`), as `JobQueue.addMany` and `POST /jobs` do.
+ */
+export const SUBMIT_BATCH = 1000;
+
 /** Where worker processes write CPU profiles, when profiling. */
 export const profileDir: string | undefined = process.env.WORKPULL_BENCH_PROFILE;
 
@@ -65,6 +71,7 @@ export class WorkpullSetup implements Setup {
   readonly controller: WorkPullingController;
   readonly server: WorkpullServer;
   readonly workers: Child[];
+  readonly #submit: "many" | "each";
 
   private constructor(
     label: string,
@@ -72,12 +79,14 @@ export class WorkpullSetup implements Setup {
     controller: WorkPullingController,
     server: WorkpullServer,
     workers: Child[],
+    submit: "many" | "each",
   ) {
     this.label = label;
     this.producer = producer;
     this.controller = controller;
     this.server = server;
     this.workers = workers;
+    this.#submit = submit;
   }
 
   /** Start a controller and server here and `topology` worker processes. */
@@ -90,6 +99,8 @@ export class WorkpullSetup implements Setup {
       maxBatch?: number;
       /** The worker processes' runtime (default: this one). */
       workerRuntime?: Runtime;
+      /** How `run` submits: `submitMany` calls (default) or one `submit()` a job. */
+      submit?: "many" | "each";
     },
   ): Promise<WorkpullSetup> {
     const producer = new BufferedProducer<Record<string, unknown>>(
@@ -133,18 +144,29 @@ export class WorkpullSetup implements Setup {
       controller,
       server,
       workers,
+      options.submit ?? "many",
     );
   }
 
   /**
-   * Submit `jobs` jobs at once; jobs/s from the first submission to the last confirmation (or,
-   * with `done`, until it holds: a durable run waits for its last confirmation to be written).
+   * Submit `jobs` jobs at once (`submitMany`, {@linkcode SUBMIT_BATCH} a call, unless the setup
+   * submits each); jobs/s from the
+   * first submission to the last confirmation (or, with `done`, until it holds: a durable run
+   * waits for its last confirmation to be written).
    */
   async run(jobs: number, done?: () => boolean): Promise<number> {
     const base = this.controller.stats().totals.confirmed;
     const target = base + jobs;
     const started = now();
-    for (let n = 0; n < jobs; n++) this.producer.submit({ n }).catch(() => {});
+    if (this.#submit === "each") {
+      for (let n = 0; n < jobs; n++) this.producer.submit({ n }).catch(() => {});
+    } else {
+      for (let n = 0; n < jobs; n += SUBMIT_BATCH) {
+        const payloads = [];
+        for (let k = n; k < Math.min(jobs, n + SUBMIT_BATCH); k++) payloads.push({ n: k });
+        this.producer.submitMany(payloads).catch(() => {});
+      }
+    }
     await until(
       done ?? (() => this.controller.stats().totals.confirmed >= target),
       `${jobs} confirmations`,

@@ -54,6 +54,7 @@ export async function latency(options: {
     window: options.window,
     handler: "latency",
     workerRuntime: options.workerRuntime,
+    submit: "each", // a job a `submit()`, as the pacer submits: its maximum is the one to halve
   });
   try {
     const collect = async () => {

@@ -1,6 +1,7 @@
 /**
  * The controller's CPU cost per job, without sockets and without real workers: a
- * `BufferedProducer`, a `WorkPullingController` and 4 scripted workers that speak raw frames
+ * `BufferedProducer` (given the jobs with `submitMany`, 1,000 a call, as the throughput benchmark
+ * does; `--each`: one `submit()` a job), a `WorkPullingController` and 4 scripted workers that speak raw frames
  * (register, request with window 100, top-up at half the window, as `WorkerEndpoint` does) and
  * spend almost nothing per job (they read the sequence range of each jobs frame from its text).
  * What it measures is what the controller process spends per job in the network benchmark,
@@ -17,7 +18,7 @@
  * every confirmation goes through the durable lane with its outcome).
  *
  *   deno run -A bench/tools/controller_cpu.ts [jobs=300000] [rounds=5] [--profile] [--allocations]
- *     [--outcomes]
+ *     [--outcomes] [--each]
  *
  * @module
  */
@@ -36,10 +37,11 @@ import {
 import { median } from "../lib/stats.ts";
 import { commandLine, numberArg } from "../lib/cli.ts";
 import { repoPath } from "../lib/runtime.ts";
+import { SUBMIT_BATCH } from "../lib/setups.ts";
 
 const { values, positionals } = commandLine({
   usage:
-    "deno run -A bench/tools/controller_cpu.ts [jobs] [rounds] [--profile] [--allocations] [--outcomes]",
+    "deno run -A bench/tools/controller_cpu.ts [jobs] [rounds] [--profile] [--allocations] [--outcomes] [--each]",
   summary: "The controller's CPU time per job without sockets (4 scripted workers, window 100).",
   positionals: [
     { name: "jobs", help: "jobs per round (default 300000)" },
@@ -55,11 +57,13 @@ const { values, positionals } = commandLine({
       kind: "switch",
       help: "job-queue mode: a MemoryWorkQueue, outcomes on, workers with feature outcomes",
     },
+    each: { kind: "switch", help: "submit every job with its own submit() (default: submitMany)" },
   },
 });
 const jobs = numberArg("jobs", positionals[0], 300_000);
 const rounds = numberArg("rounds", positionals[1], 5);
 const outcomes = values.outcomes === true;
+const each = values.each === true;
 const WINDOW = 100;
 
 const producer = new BufferedProducer<{ n: number }>();
@@ -137,7 +141,15 @@ async function batch(count: number): Promise<{ ms: number; bytes: number | undef
   const finished = new Promise<void>((resolve) => (finish = resolve));
   const allocated = allocatedBytes();
   const start = process.cpuUsage();
-  for (let n = 0; n < count; n++) producer.submit({ n }).catch(() => {});
+  if (each) {
+    for (let n = 0; n < count; n++) producer.submit({ n }).catch(() => {});
+  } else {
+    for (let n = 0; n < count; n += SUBMIT_BATCH) {
+      const payloads = [];
+      for (let k = n; k < Math.min(count, n + SUBMIT_BATCH); k++) payloads.push({ n: k });
+      producer.submitMany(payloads).catch(() => {});
+    }
+  }
   await finished;
   await new Promise((resolve) => setTimeout(resolve, 0));
   const used = process.cpuUsage(start);
@@ -158,9 +170,9 @@ for (let i = 0; i < rounds; i++) {
   if (round.bytes !== undefined) bytes.push(round.bytes / jobs);
 }
 console.log(
-  `controller + producer${outcomes ? " (outcomes)" : ""}, CPU time: ${
-    median(times.map((ms) => ms * 1000 / jobs)).toFixed(2)
-  } µs/job ` +
+  `controller + producer${outcomes ? " (outcomes)" : ""}${
+    each ? ", submit() each" : ", submitMany"
+  }, CPU time: ${median(times.map((ms) => ms * 1000 / jobs)).toFixed(2)} µs/job ` +
     `(rounds: ${times.map((ms) => (ms * 1000 / jobs).toFixed(2)).join(", ")})` +
     (bytes.length ? `; allocated: ${Math.round(median(bytes))} bytes/job` : ""),
 );

@@ -135,32 +135,37 @@ describe("submitMany", () => {
     await s.controller.close();
   });
 
-  test("closing the producer rejects a batch not all stored; the jobs stored by then still run", async () => {
-    const s = await setup({ maxBatch: 2 });
-    const releases: (() => void)[] = [];
-    // A worker that takes 2 jobs and holds them: the controller stores only what it can grant.
-    s.connect((d) => {
-      s.handled.push(d);
-      return new Promise<void>((resolve) => releases.push(resolve));
-    }, 2);
-    await quiesce();
-    const batch = s.producer.submitMany([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], {
-      messageIds: ["j0", "j1", "j2", "j3", "j4", "j5", "j6", "j7", "j8", "j9"],
-    });
-    await quiesce();
-    const stored = 10 - s.producer.buffered;
-    assert.ok(stored > 0 && stored < 10, `some jobs stored, not all (${stored})`);
-    const reason = new Error("shutting down");
-    s.producer.close(reason);
-    await assert.rejects(batch, (e) => e === reason);
-    assert.equal(s.producer.buffered, 0);
-    // Every job stored before the close still runs, once, in order.
-    while (releases.length > 0) {
-      for (const release of releases.splice(0)) release();
+  for (const named of [true, false]) {
+    const label = named
+      ? "with MessageIDs"
+      : "with generated MessageIDs (the batch waits as texts)";
+    test(`closing the producer rejects a batch not all stored; the stored jobs still run (${label})`, async () => {
+      const s = await setup({ maxBatch: 2 });
+      const releases: (() => void)[] = [];
+      // A worker that takes 2 jobs and holds them: the controller stores only what it can grant.
+      s.connect((d) => {
+        s.handled.push(d);
+        return new Promise<void>((resolve) => releases.push(resolve));
+      }, 2);
       await quiesce();
-    }
-    const ids = ["j0", "j1", "j2", "j3", "j4", "j5", "j6", "j7", "j8", "j9"];
-    assert.deepEqual(s.handled.map((d) => d.messageId), ids.slice(0, stored));
-    await s.controller.close();
-  });
+      const ids = ["j0", "j1", "j2", "j3", "j4", "j5", "j6", "j7", "j8", "j9"];
+      const payloads = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
+      const batch = s.producer.submitMany(payloads, named ? { messageIds: ids } : undefined);
+      await quiesce();
+      const stored = 10 - s.producer.buffered;
+      assert.ok(stored > 0 && stored < 10, `some jobs stored, not all (${stored})`);
+      const reason = new Error("shutting down");
+      s.producer.close(reason);
+      await assert.rejects(batch, (e) => e === reason);
+      assert.equal(s.producer.buffered, 0);
+      // Every job stored before the close still runs, once, in order.
+      while (releases.length > 0) {
+        for (const release of releases.splice(0)) release();
+        await quiesce();
+      }
+      assert.deepEqual(s.handled.map((d) => d.payload), payloads.slice(0, stored));
+      if (named) assert.deepEqual(s.handled.map((d) => d.messageId), ids.slice(0, stored));
+      await s.controller.close();
+    });
+  }
 });

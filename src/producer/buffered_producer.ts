@@ -15,7 +15,7 @@
 import { Deque } from "../core/deque.ts";
 import { integerOption, optionsObject } from "../core/options.ts";
 import { utf8Length } from "../core/utf8.ts";
-import { JsonText } from "../protocol/json_text.ts";
+import { type JsonText, keptJsonText } from "../protocol/json_text.ts";
 import type { ProducerEndpoint, ProducerPort } from "../controller/producer_contract.ts";
 import {
   type Accepted,
@@ -259,6 +259,18 @@ class SubmittedBatch {
   }
 }
 
+/**
+ * The jobs of one `submitMany()` call with generated MessageIDs that no answer has taken yet, as
+ * their JSON texts alone: a waiting job costs its text (a third of an item with its `JsonText`),
+ * and becomes a `BatchItem` when an answer takes it.
+ */
+class Segment {
+  /** The batch index of the next job to take. */
+  next = 0;
+
+  constructor(readonly batch: SubmittedBatch, readonly texts: readonly string[]) {}
+}
+
 /** What a submission resolves to; its `accepted` promise is made when first asked for. */
 class StoredReceipt implements Receipt {
   readonly messageId: string;
@@ -305,7 +317,7 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
   readonly #maxBatch: number;
   #port: ProducerPort | undefined;
   #session = "";
-  readonly #buffer = new Deque<Item>();
+  readonly #buffer = new Deque<Item | Segment>();
   /**
    * The receipts of jobs submitted with an explicit MessageID and not yet stored, by MessageID:
    * a resubmission while waiting joins the same job. (A generated MessageID cannot be
@@ -358,11 +370,11 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
     // so a long backlog of waiting jobs does not hold one each; a delivery confirmation waits
     // under it from the start.
     const messageId = named ?? (port.deliveryConfirmation ? crypto.randomUUID() : "");
-    const json = this.#encode(payload, -1, messageId);
-    if (!(json instanceof JsonText)) return Promise.reject(json);
+    const text = this.#encode(payload, -1, messageId);
+    if (typeof text !== "string") return Promise.reject(text);
     if (port.deliveryConfirmation) this.#confirmationFor(messageId);
     const promise = new Promise<Receipt>(receiptExecutor);
-    const item = new SubmittedItem(messageId, json); // takes the promise's settle functions
+    const item = new SubmittedItem(messageId, keptJsonText(text)); // takes the promise's settle functions
     if (named !== undefined) this.#waiting.set(messageId, promise);
     this.#unstored += 1;
     this.#buffer.pushBack(item);
@@ -409,15 +421,22 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
       );
     }
     // Everything is checked before anything is submitted.
-    const texts = new Array<JsonText>(count);
+    const texts = new Array<string>(count);
     for (let i = 0; i < count; i++) {
       const invalid = ids === undefined ? undefined : invalidMessageId(ids[i], i);
       if (invalid) return Promise.reject(invalid);
-      const json = this.#encode(payloads[i], i, ids?.[i]);
-      if (!(json instanceof JsonText)) return Promise.reject(json);
-      texts[i] = json;
+      const text = this.#encode(payloads[i], i, ids?.[i]);
+      if (typeof text !== "string") return Promise.reject(text);
+      texts[i] = text;
     }
     const batch = new SubmittedBatch(count);
+    if (ids === undefined && !port.deliveryConfirmation) {
+      // No MessageID to know before the jobs are produced: they wait as their texts alone.
+      if (count > 0) this.#buffer.pushBack(new Segment(batch, texts));
+      this.#unstored += count;
+      this.#answer();
+      return batch.promise;
+    }
     for (let i = 0; i < count; i++) {
       const named: string | undefined = ids?.[i];
       const existing = named === undefined ? undefined : this.#waiting.get(named);
@@ -431,7 +450,7 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
       }
       const messageId = named ?? (port.deliveryConfirmation ? crypto.randomUUID() : "");
       if (port.deliveryConfirmation) this.#confirmationFor(messageId);
-      const item = new BatchItem(messageId, texts[i], batch, i);
+      const item = new BatchItem(messageId, keptJsonText(texts[i]), batch, i);
       if (named !== undefined) this.#waiting.set(named, item);
       this.#buffer.pushBack(item);
       this.#unstored += 1;
@@ -454,16 +473,18 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
    * Encoded once, here: the controller takes the text as it is, and later changes to the
    * caller's object cannot reach the job.
    */
-  #encode(payload: unknown, index: number, messageId: string | undefined): JsonText | Error {
-    let json: JsonText;
+  #encode(payload: unknown, index: number, messageId: string | undefined): string | Error {
+    let text: string | undefined;
+    let cause: unknown;
     try {
-      json = JsonText.encode(payload);
+      text = JSON.stringify(payload);
     } catch (error) {
-      return new TypeError(`${jobLabel(index, messageId)}: the payload is not JSON-serializable`, {
-        cause: error,
-      });
+      cause = error;
     }
-    const text = json.text;
+    if (text === undefined) {
+      const what = `${jobLabel(index, messageId)}: the payload is not JSON-serializable`;
+      return new TypeError(what, { cause });
+    }
     const limit = this.#port!.maxPayloadBytes;
     // A UTF-16 unit takes at most 3 UTF-8 bytes: count exactly only when it could matter.
     const size = text.length * 3 > limit ? utf8Length(text) : text.length;
@@ -472,7 +493,7 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
         `${jobLabel(index, messageId)}: the payload is ${size} bytes; the maximum is ${limit}`,
       );
     }
-    return json;
+    return text;
   }
 
   /** Reject every job that is not Stored yet and refuse new ones. */
@@ -480,7 +501,10 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
     this.#closed = true;
     // Every item not stored yet is in the buffer or in the answer waiting for its Stored.
     for (const item of this.#answered?.items ?? []) if (!item.stored) item.fail(reason);
-    for (const item of this.#buffer) if (!item.stored) item.fail(reason);
+    for (const waiting of this.#buffer) {
+      if (waiting instanceof Segment) waiting.batch.fail(reason);
+      else if (!waiting.stored) waiting.fail(reason);
+    }
     this.#waiting.clear();
     this.#unstored = 0;
     this.#buffer.clear();
@@ -565,7 +589,20 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
     if (!grant || this.#buffer.length === 0 || this.#closed) return;
     const items: Item[] = [];
     const limit = Math.min(grant.maxJobs, this.#maxBatch);
-    while (items.length < limit && this.#buffer.length > 0) items.push(this.#buffer.shift()!);
+    while (items.length < limit && this.#buffer.length > 0) {
+      const head = this.#buffer.peek()!;
+      if (!(head instanceof Segment)) {
+        items.push(this.#buffer.shift() as Item);
+        continue;
+      }
+      const texts = head.texts;
+      const end = Math.min(texts.length, head.next + limit - items.length);
+      for (let i = head.next; i < end; i++) {
+        items.push(new BatchItem("", keptJsonText(texts[i]), head.batch, i));
+      }
+      head.next = end;
+      if (end === texts.length) this.#buffer.shift();
+    }
     const message = {
       session: grant.session,
       token: grant.token,

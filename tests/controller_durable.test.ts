@@ -72,13 +72,13 @@ describe("durable lane", () => {
     await s.run();
     assert.deepEqual(receipts.map((r) => [r.messageId, r.seq]), [["a", 1], ["b", 2]]);
     assert.deepEqual(s.handled, ["a", "b"]);
-    // "a" answered the open grant alone; "b" waited for the next credit, which opened only
-    // after "a" was stored and accepted. Confirmations ride along with the next operation.
+    // Submitted in one turn, "a" and "b" answered the open grant together: both are stored,
+    // then both accepted, before the next credit. Confirmations ride along with the next operation.
     assert.deepEqual(queue.calls, [
       "load",
       "store(a)",
-      "accept(a)",
       "store(b)",
+      "accept(a)",
       "accept(b)",
       "confirm(a)",
       "confirm(b)",
@@ -91,9 +91,13 @@ describe("durable lane", () => {
     const queue = new FaultyQueue();
     const s = await durableSystem(queue, { workers: 2 });
     for (let round = 0; round < 5; round++) {
-      await Promise.all(
-        [1, 2, 3, 4].map((n) => s.producer.submit(n, { messageId: `r${round}-${n}` })),
-      );
+      // One job a turn: each answers a grant of its own while the earlier ones are confirmed.
+      const receipts = [];
+      for (const n of [1, 2, 3, 4]) {
+        receipts.push(s.producer.submit(n, { messageId: `r${round}-${n}` }));
+        await Promise.resolve();
+      }
+      await Promise.all(receipts);
       await s.run();
     }
     assert.equal(s.handled.length, 20);

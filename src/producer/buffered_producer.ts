@@ -7,7 +7,9 @@
  *   the pool; if the controller restarts in between (a new session), the job is resubmitted
  *   under its original MessageID, so a durable queue's first-write-wins dispatches it once;
  * - a retried grant gets the identical `Produced`;
- * - when several submissions wait, one `Produced` carries a batch of them.
+ * - when several submissions wait, one `Produced` carries a batch of them; submissions made in
+ *   one synchronous run (a loop of `submit()` calls) are answered together when it ends, a
+ *   microtask later, instead of one handshake and one jobs frame per job.
  *
  * @module
  */
@@ -331,6 +333,8 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
   #answered: (Batch & { readonly message: Parameters<ProducerPort["produced"]>[0] }) | undefined;
   #stored: Batch | undefined;
   #closed = false;
+  /** An answer is queued for the end of the current synchronous run. */
+  #answerQueued = false;
 
   /** Validates `options`. */
   constructor(options: BufferedProducerOptions = {}) {
@@ -378,7 +382,7 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
     if (named !== undefined) this.#waiting.set(messageId, promise);
     this.#unstored += 1;
     this.#buffer.pushBack(item);
-    this.#answer();
+    this.#answerSoon();
     return promise;
   }
 
@@ -396,11 +400,13 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
    *
    * @example Submit a batch and wait until every job is stored
    * ```ts
-   * import { BufferedProducer, WorkPullingController } from "../../mod.ts";
+   * import { BufferedProducer, connectInProcess, WorkerEndpoint, WorkPullingController } from "../../mod.ts";
    *
    * const producer = new BufferedProducer<{ n: number }>();
    * const controller = new WorkPullingController({ name: "mail", producer });
    * await controller.start();
+   * // Jobs are stored as workers ask for them.
+   * connectInProcess(controller, new WorkerEndpoint({ producer: "mail", name: "w1", handler: () => {} }));
    * const receipts = await producer.submitMany([{ n: 1 }, { n: 2 }, { n: 3 }]);
    * console.log(receipts.map((receipt) => receipt.seq)); // [1, 2, 3]
    * await controller.close();
@@ -434,7 +440,7 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
       // No MessageID to know before the jobs are produced: they wait as their texts alone.
       if (count > 0) this.#buffer.pushBack(new Segment(batch, texts));
       this.#unstored += count;
-      this.#answer();
+      this.#answerSoon();
       return batch.promise;
     }
     for (let i = 0; i < count; i++) {
@@ -455,7 +461,7 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
       this.#buffer.pushBack(item);
       this.#unstored += 1;
     }
-    this.#answer();
+    this.#answerSoon();
     return batch.promise;
   }
 
@@ -583,6 +589,23 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
     if (!waiter) this.#confirmations.set(messageId, waiter = deferred());
     return waiter;
   }
+
+  /**
+   * Answer the waiting grant once the caller's synchronous run is over: jobs submitted one by one
+   * in a loop (a pacer's tick, a request handler's batch) then share one `Produced`, one store
+   * and one jobs frame per worker, where answering each at once would take the whole handshake
+   * and a frame per job.
+   */
+  #answerSoon(): void {
+    if (this.#answerQueued || !this.#grant) return;
+    this.#answerQueued = true;
+    queueMicrotask(this.#answerQueuedGrant);
+  }
+
+  readonly #answerQueuedGrant = () => {
+    this.#answerQueued = false;
+    this.#answer();
+  };
 
   #answer(): void {
     const grant = this.#grant;

@@ -182,6 +182,49 @@ describe("buffered producer", () => {
   });
 });
 
+describe("buffered producer batching", () => {
+  test("the submit() calls of one synchronous run share one Produced", async () => {
+    const clock = new SimulatedClock();
+    const producer = new BufferedProducer<number>();
+    const answers: number[] = [];
+    const attach = producer.attach.bind(producer);
+    producer.attach = (port) =>
+      attach(
+        new Proxy(port, {
+          get(target, key) {
+            if (key === "produced") {
+              return (message: Parameters<typeof port.produced>[0]) => {
+                answers.push("jobs" in message ? message.jobs.length : 1);
+                target.produced(message);
+              };
+            }
+            const value = Reflect.get(target, key);
+            return typeof value === "function" ? value.bind(target) : value;
+          },
+        }),
+      );
+    const controller = new WorkPullingController({ name: "jobs", producer, clock });
+    await controller.start();
+    const seen: number[] = [];
+    connectInProcess(
+      controller,
+      new WorkerEndpoint<number>({
+        producer: "jobs",
+        name: "w",
+        clock,
+        handler: (d) => void seen.push(d.payload),
+      }),
+    );
+    await quiesce(); // the worker's demand is open: a grant waits for an answer
+    const receipts = [1, 2, 3, 4, 5].map((n) => producer.submit(n));
+    await Promise.all(receipts);
+    await quiesce();
+    assert.deepEqual(answers, [5], "one answer for the five jobs of the run");
+    assert.deepEqual(seen, [1, 2, 3, 4, 5]);
+    await controller.close();
+  });
+});
+
 describe("delivery confirmation", () => {
   test("DeliveryConfirmed carries the Stored sequence, also for a job confirmed after a requeue", async () => {
     const s = setup(true);

@@ -1,5 +1,5 @@
 /**
- * Seeded random interleavings of submissions, worker joins, crashes, restarts, graceful leaves
+ * Seeded random interleavings of submissions (one by one and in batches), worker joins, crashes, restarts, graceful leaves
  * and slowdowns, checking the invariants of work pulling after every step:
  * - a job is never outstanding (delivered, unconfirmed) at two live links at once;
  * - each worker's handler sees its sub-flow in sequence order;
@@ -155,12 +155,25 @@ for (const seed of [1, 2, 3]) {
       const roll = random();
       if (roll < 0.3) {
         const count = 1 + Math.floor(random() * 4);
-        for (let i = 0; i < count; i++) {
-          const id = `job-${submitted.length}`;
-          submitted.push(id);
-          producer.submit(submitted.length, { messageId: id }).then((receipt) =>
-            receipt.confirmed!.then(() => confirmed.add(id))
-          );
+        if (random() < 0.5) {
+          for (let i = 0; i < count; i++) {
+            const id = `job-${submitted.length}`;
+            submitted.push(id);
+            producer.submit(submitted.length, { messageId: id }).then((receipt) =>
+              receipt.confirmed!.then(() => confirmed.add(id))
+            );
+          }
+        } else {
+          // The same jobs as one batch: one promise, receipts in order.
+          const ids = Array.from({ length: count }, (_, i) => `job-${submitted.length + i}`);
+          const payloads = ids.map((_, i) => submitted.length + i + 1);
+          submitted.push(...ids);
+          producer.submitMany(payloads, { messageIds: ids }).then((receipts) => {
+            receipts.forEach((receipt, i) => {
+              if (receipt.messageId !== ids[i]) violations.push(`receipt ${i} of a batch`);
+              receipt.confirmed!.then(() => confirmed.add(ids[i]));
+            });
+          });
         }
       } else if (roll < 0.4) {
         const name = pick(names);

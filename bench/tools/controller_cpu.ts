@@ -1,9 +1,9 @@
 /**
  * The controller's CPU cost per job, without sockets and without real workers: a
  * `BufferedProducer` (given the jobs with `submitMany`, 1,000 a call, as the throughput benchmark
- * does; `--each`: one `submit()` a job), a `WorkPullingController` and 4 scripted workers that speak raw frames
- * (register, request with window 100, top-up at half the window, as `WorkerEndpoint` does) and
- * spend almost nothing per job (they read the sequence range of each jobs frame from its text).
+ * does; `--each`: one `submit()` a job), a `WorkPullingController` and 4 scripted workers that
+ * speak raw frames (register, request with window 100, top-up at half the window, as
+ * `WorkerEndpoint` does) and spend almost nothing per job (they read the sequence range of each jobs frame from its text).
  * What it measures is what the controller process spends per job in the network benchmark,
  * minus the socket work: the number to drive down when the controller is the bottleneck.
  * Beside the CPU time it prints the bytes allocated per job (V8's `total_allocated_bytes`, where

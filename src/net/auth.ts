@@ -36,7 +36,7 @@ import {
   verifyToken,
 } from "./token.ts";
 
-/** How many verified tokens, with their claims, an authenticator remembers (first in, first out). */
+/** How many verified tokens, with their claims, an authenticator keeps (first in, first out). */
 const VERIFIED_TOKENS = 1024;
 
 /**

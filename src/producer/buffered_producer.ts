@@ -213,22 +213,21 @@ class BatchItem extends Item {
 
 /** The jobs of one `submitMany()` call: resolves with every receipt once the last is Stored. */
 class SubmittedBatch {
-  readonly promise: Promise<Receipt[]>;
+  readonly #settled = deferred<Receipt[]>();
   readonly #receipts: Receipt[];
   #remaining: number;
-  #resolve: ((receipts: Receipt[]) => void) | undefined;
-  #reject: ((error: unknown) => void) | undefined;
   /** Jobs of this batch that repeat an earlier one's MessageID, by the index they repeat. */
   #repeats: Map<number, number[]> | undefined;
 
   constructor(size: number) {
-    this.promise = new Promise<Receipt[]>((resolve, reject) => {
-      this.#resolve = resolve;
-      this.#reject = reject;
-    });
     this.#receipts = new Array(size);
     this.#remaining = size;
-    if (size === 0) this.#resolve!([]);
+    if (size === 0) this.#settled.resolve([]);
+  }
+
+  /** Settles once: a receipt after a failure changes nothing. */
+  get promise(): Promise<Receipt[]> {
+    return this.#settled.promise;
   }
 
   settle(index: number, receipt: Receipt): void {
@@ -239,7 +238,7 @@ class SubmittedBatch {
       for (const repeat of repeats) this.#receipts[repeat] = receipt;
       this.#remaining -= repeats.length;
     }
-    if (this.#remaining === 0) this.#resolve?.(this.#receipts);
+    if (this.#remaining === 0) this.#settled.resolve(this.#receipts);
   }
 
   /** Job `index` repeats the MessageID of this batch's job `of`: its receipt is that job's. */
@@ -251,8 +250,7 @@ class SubmittedBatch {
   }
 
   fail(error: unknown): void {
-    this.#reject?.(error);
-    this.#resolve = this.#reject = undefined;
+    this.#settled.reject(error);
   }
 
   /** Job `index` is a resubmission of a job still waiting: its receipt is that job's. */
@@ -378,7 +376,8 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
     if (typeof text !== "string") return Promise.reject(text);
     if (port.deliveryConfirmation) this.#confirmationFor(messageId);
     const promise = new Promise<Receipt>(receiptExecutor);
-    const item = new SubmittedItem(messageId, keptJsonText(text)); // takes the promise's settle functions
+    // The item takes the promise's settle functions.
+    const item = new SubmittedItem(messageId, keptJsonText(text));
     if (named !== undefined) this.#waiting.set(messageId, promise);
     this.#unstored += 1;
     this.#buffer.pushBack(item);

@@ -34,9 +34,13 @@ test("Web Workers connected by MessagePorts share a job stream", { timeout: 90_0
         type: "module",
       });
       threads.push(thread);
-      const { port1, port2 } = new MessageChannel();
-      ports.push(attachPort(controller, port1));
-      thread.postMessage({ port: port2, name }, [port2]);
+      // Connect once the thread runs: the controller closes a link silent for 8 s as it would a
+      // dead socket, and a thread can take that long to start (type-checked on a cold cache).
+      thread.addEventListener("message", () => {
+        const { port1, port2 } = new MessageChannel();
+        ports.push(attachPort(controller, port1));
+        thread.postMessage({ port: port2, name }, [port2]);
+      }, { once: true });
     }
     await ready; // each thread loads its module at its own pace
     const receipts = await Promise.all(

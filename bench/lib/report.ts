@@ -485,7 +485,7 @@ function details(results: Results): string[] {
           n0(t.jobs)
         } jobs per run, window ${t.window}, no-op handler, payload \`{"n":i}\`, MessageIDs random UUIDs (the default), ${t.rounds} alternating rounds after two unmeasured warm-up runs of each system. ` +
           "Controller (and raw server) in the benchmark process; workers (and raw clients) in separate processes. " +
-          "workpull's producer (a `BufferedProducer`) is given each run's jobs at once with `submitMany`, 1,000 jobs a call (one `submit()` a job costs the controller process about twice the CPU per job: `bench/tools/controller_cpu.ts --each`). " +
+          "workpull's producer (a `BufferedProducer`) is given each run's jobs with `submitMany`, 1,000 jobs a call, awaiting each call's receipts with 4 calls waiting at a time, as a producer streaming a large source does (the BullMQ peer awaits each `addBulk`; the NATS peer bounds its publishes awaiting a PubAck). " +
           'The raw baseline (same runtime, same layout of sockets per process) sends each job as one JSON text message `{"type":"job","id":<random UUID>,"payload":{"n":i}}`, the client parses it and answers one JSON confirmation `{"type":"ack","id":…}`, which the server parses before releasing the next job; at most `window` unconfirmed per socket; nothing else (no queue, no validation, no redelivery). ' +
           'The batched raw baseline (the practical limit, `lib/batched_raw.ts`) moves jobs as workpull does: every granted job in one frame `{"type":"jobs","seq":s,"jobs":[{"id":<random UUID>,"payload":{"n":i}},…]}`, the client confirming cumulatively with a top-up `{"type":"request","confirmed":c,"upTo":c+window}` at half the window (else an `ack` when the frame is used up); JSON.parse on both sides; no queue logic. ' +
           "Each ratio is the median of the per-round ratios; every round's ratio is listed.",
@@ -955,7 +955,8 @@ export function readmeSection(results: Results): string {
     "confirmation per job with the same window (100) and layout; the batched raw WebSocket " +
     "limit (workpull's batching and cumulative confirmation, no queue logic); raw Deno KV " +
     "commits of the adapter's own writes. The throughput and durable runs give workpull's " +
-    "producer its jobs with `submitMany` (1,000 a call); the latency runs submit each job with " +
+    "producer its jobs with `submitMany` (1,000 a call, 4 calls waiting at a time); the latency " +
+    "runs submit each job with " +
     "`submit()`, and halve the maximum measured that way. Details, every round's samples and ratios, the load " +
     "on the machine and the methods: [bench/results.md](bench/results.md).",
     "",

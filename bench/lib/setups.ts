@@ -23,6 +23,35 @@ import type { WorkerConfig } from "../scenarios/worker_process.ts";
  */
 export const SUBMIT_BATCH = 1000;
 
+/**
+ * `submitMany` calls a throughput run keeps waiting at once: it awaits each batch's receipts
+ * before it submits another, as a producer streaming a large source does (the BullMQ peer awaits
+ * each `addBulk`, the NATS peer bounds the publishes awaiting their PubAck). Four batches keep
+ * thousands of jobs ready beyond the workers' windows.
+ */
+export const SUBMIT_IN_FLIGHT = 4;
+
+/**
+ * Submit the jobs `{"n":0}`…`{"n":count-1}` with `submitMany`, {@linkcode SUBMIT_BATCH} a call
+ * and {@linkcode SUBMIT_IN_FLIGHT} calls waiting at a time; resolves when every job is stored.
+ */
+export async function submitStreaming(
+  producer: BufferedProducer<{ n: number }>,
+  count: number,
+): Promise<void> {
+  let next = 0;
+  const feed = async () => {
+    while (next < count) {
+      const first = next;
+      next = Math.min(count, next + SUBMIT_BATCH);
+      const payloads = [];
+      for (let n = first; n < next; n++) payloads.push({ n });
+      await producer.submitMany(payloads);
+    }
+  };
+  await Promise.all(Array.from({ length: SUBMIT_IN_FLIGHT }, feed));
+}
+
 /** Where worker processes write CPU profiles, when profiling. */
 export const profileDir: string | undefined = process.env.WORKPULL_BENCH_PROFILE;
 
@@ -149,29 +178,29 @@ export class WorkpullSetup implements Setup {
   }
 
   /**
-   * Submit `jobs` jobs at once (`submitMany`, {@linkcode SUBMIT_BATCH} a call, unless the setup
-   * submits each); jobs/s from the
-   * first submission to the last confirmation (or, with `done`, until it holds: a durable run
-   * waits for its last confirmation to be written).
+   * Submit `jobs` jobs (streamed with {@linkcode submitStreaming}, or all at once with a
+   * `submit()` each when the setup submits each); jobs/s from the first submission to the last
+   * confirmation (or, with `done`, until it holds: a durable run waits for its last
+   * confirmation to be written).
    */
   async run(jobs: number, done?: () => boolean): Promise<number> {
     const base = this.controller.stats().totals.confirmed;
     const target = base + jobs;
     const started = now();
+    let submitted: Promise<void> = Promise.resolve();
     if (this.#submit === "each") {
       for (let n = 0; n < jobs; n++) this.producer.submit({ n }).catch(() => {});
     } else {
-      for (let n = 0; n < jobs; n += SUBMIT_BATCH) {
-        const payloads = [];
-        for (let k = n; k < Math.min(jobs, n + SUBMIT_BATCH); k++) payloads.push({ n: k });
-        this.producer.submitMany(payloads).catch(() => {});
-      }
+      submitted = submitStreaming(this.producer, jobs);
     }
-    await until(
-      done ?? (() => this.controller.stats().totals.confirmed >= target),
-      `${jobs} confirmations`,
-      120_000,
-    );
+    await Promise.all([
+      submitted,
+      until(
+        done ?? (() => this.controller.stats().totals.confirmed >= target),
+        `${jobs} confirmations`,
+        120_000,
+      ),
+    ]);
     return jobs / ((now() - started) / 1000);
   }
 

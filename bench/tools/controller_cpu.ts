@@ -1,9 +1,10 @@
 /**
  * The controller's CPU cost per job, without sockets and without real workers: a
- * `BufferedProducer` (given the jobs with `submitMany`, 1,000 a call, as the throughput benchmark
- * does; `--each`: one `submit()` a job), a `WorkPullingController` and 4 scripted workers that
- * speak raw frames (register, request with window 100, top-up at half the window, as
- * `WorkerEndpoint` does) and spend almost nothing per job (they read the sequence range of each jobs frame from its text).
+ * `BufferedProducer` (given the jobs as the throughput benchmark gives them: `submitMany`, 1,000 a
+ * call, 4 calls waiting at a time; `--at-once`: every call of the round at once; `--each`: one
+ * `submit()` a job), a `WorkPullingController` and 4 scripted workers that speak raw frames
+ * (register, request with window 100, top-up at half the window, as `WorkerEndpoint` does) and
+ * spend almost nothing per job (they count the jobs of each jobs frame in its text).
  * What it measures is what the controller process spends per job in the network benchmark,
  * minus the socket work: the number to drive down when the controller is the bottleneck.
  * Beside the CPU time it prints the bytes allocated per job (V8's `total_allocated_bytes`, where
@@ -18,7 +19,7 @@
  * every confirmation goes through the durable lane with its outcome).
  *
  *   deno run -A bench/tools/controller_cpu.ts [jobs=300000] [rounds=5] [--profile] [--allocations]
- *     [--outcomes] [--each]
+ *     [--outcomes] [--each] [--at-once]
  *
  * @module
  */
@@ -37,11 +38,11 @@ import {
 import { median } from "../lib/stats.ts";
 import { commandLine, numberArg } from "../lib/cli.ts";
 import { repoPath } from "../lib/runtime.ts";
-import { SUBMIT_BATCH } from "../lib/setups.ts";
+import { SUBMIT_BATCH, submitStreaming } from "../lib/setups.ts";
 
 const { values, positionals } = commandLine({
   usage:
-    "deno run -A bench/tools/controller_cpu.ts [jobs] [rounds] [--profile] [--allocations] [--outcomes] [--each]",
+    "deno run -A bench/tools/controller_cpu.ts [jobs] [rounds] [--profile] [--allocations] [--outcomes] [--each] [--at-once]",
   summary: "The controller's CPU time per job without sockets (4 scripted workers, window 100).",
   positionals: [
     { name: "jobs", help: "jobs per round (default 300000)" },
@@ -58,12 +59,17 @@ const { values, positionals } = commandLine({
       help: "job-queue mode: a MemoryWorkQueue, outcomes on, workers with feature outcomes",
     },
     each: { kind: "switch", help: "submit every job with its own submit() (default: submitMany)" },
+    "at-once": {
+      kind: "switch",
+      help: "submitMany every batch of the round at once (default: 4 batches waiting at a time)",
+    },
   },
 });
 const jobs = numberArg("jobs", positionals[0], 300_000);
 const rounds = numberArg("rounds", positionals[1], 5);
 const outcomes = values.outcomes === true;
 const each = values.each === true;
+const atOnce = values["at-once"] === true;
 const WINDOW = 100;
 
 const producer = new BufferedProducer<{ n: number }>();
@@ -144,11 +150,13 @@ async function batch(count: number): Promise<{ ms: number; bytes: number | undef
   if (each) {
     for (let n = 0; n < count; n++) producer.submit({ n }).catch(() => {});
   } else {
-    for (let n = 0; n < count; n += SUBMIT_BATCH) {
-      const payloads = [];
-      for (let k = n; k < Math.min(count, n + SUBMIT_BATCH); k++) payloads.push({ n: k });
-      producer.submitMany(payloads).catch(() => {});
-    }
+    if (atOnce) {
+      for (let n = 0; n < count; n += SUBMIT_BATCH) {
+        const payloads = [];
+        for (let k = n; k < Math.min(count, n + SUBMIT_BATCH); k++) payloads.push({ n: k });
+        producer.submitMany(payloads).catch(() => {});
+      }
+    } else submitStreaming(producer, count).catch(() => {});
   }
   await finished;
   await new Promise((resolve) => setTimeout(resolve, 0));
@@ -171,7 +179,7 @@ for (let i = 0; i < rounds; i++) {
 }
 console.log(
   `controller + producer${outcomes ? " (outcomes)" : ""}${
-    each ? ", submit() each" : ", submitMany"
+    each ? ", submit() each" : atOnce ? ", submitMany at once" : ", submitMany streamed"
   }, CPU time: ${median(times.map((ms) => ms * 1000 / jobs)).toFixed(2)} µs/job ` +
     `(rounds: ${times.map((ms) => (ms * 1000 / jobs).toFixed(2)).join(", ")})` +
     (bytes.length ? `; allocated: ${Math.round(median(bytes))} bytes/job` : ""),

@@ -4,9 +4,12 @@
  * `request`, the jobs it grants in one jobs frame (as the controller does; 36-character
  * MessageIDs, payload `{"n":i}`). The other half of `controller_cpu.ts`: what a worker process
  * spends per job in the network benchmark, minus the socket work. Prints the CPU time and (on
- * Deno) the bytes allocated per job.
+ * Deno) the bytes allocated per job. `--allocations` (Deno) samples every allocation of the
+ * measured rounds and prints the bytes per job each function allocated, the scripted
+ * controller's frames included (as `controller_cpu.ts` does).
  *
- *   deno run -A bench/tools/worker_cpu.ts [jobs=300000] [rounds=5] [--profile] [--outcomes]
+ *   deno run -A bench/tools/worker_cpu.ts [jobs=300000] [rounds=5] [--profile] [--allocations]
+ *     [--outcomes]
  *
  * @module
  */
@@ -15,13 +18,20 @@ import { mkdirSync } from "node:fs";
 import process from "node:process";
 import v8 from "node:v8";
 import { type Link, type LinkReceiver, WorkerEndpoint } from "../../mod.ts";
-import { printTop, startProfiling, stopProfiling } from "../lib/profile.ts";
+import {
+  printTop,
+  startAllocationSampling,
+  startProfiling,
+  stopAllocationSampling,
+  stopProfiling,
+} from "../lib/profile.ts";
 import { median } from "../lib/stats.ts";
 import { commandLine, numberArg } from "../lib/cli.ts";
 import { repoPath } from "../lib/runtime.ts";
 
 const { values, positionals } = commandLine({
-  usage: "deno run -A bench/tools/worker_cpu.ts [jobs] [rounds] [--profile] [--outcomes]",
+  usage:
+    "deno run -A bench/tools/worker_cpu.ts [jobs] [rounds] [--profile] [--allocations] [--outcomes]",
   summary:
     "The worker endpoints' CPU time per job without sockets (4 endpoints, window 100, a scripted controller).",
   positionals: [
@@ -30,6 +40,10 @@ const { values, positionals } = commandLine({
   ],
   flags: {
     profile: { kind: "switch", help: "record a CPU profile into .tmp/profiles and summarize it" },
+    allocations: {
+      kind: "switch",
+      help: "Deno: sample every allocation and print the bytes per job of each function",
+    },
     outcomes: { kind: "switch", help: "the controller agrees feature outcomes (jobs carry tries)" },
   },
 });
@@ -138,6 +152,7 @@ await new Promise((resolve) => setTimeout(resolve, 10));
 await batch(jobs / 2);
 const profile = values.profile === true;
 if (profile) await startProfiling();
+const sampling = values.allocations === true && !profile && await startAllocationSampling();
 const times: number[] = [];
 const bytes: number[] = [];
 for (let i = 0; i < rounds; i++) {
@@ -152,6 +167,13 @@ console.log(
     `(rounds: ${times.map((ms) => (ms * 1000 / jobs).toFixed(2)).join(", ")})` +
     (bytes.length ? `; allocated: ${Math.round(median(bytes))} bytes/job` : ""),
 );
+if (sampling) {
+  const perJob = (size: number) => (size / (jobs * rounds)).toFixed(1).padStart(7);
+  const functions = await stopAllocationSampling();
+  const total = functions.reduce((sum, [, size]) => sum + size, 0);
+  console.log(`allocations sampled: ${perJob(total).trim()} bytes/job; by function (self):`);
+  for (const [key, size] of functions.slice(0, 30)) console.log(`  ${perJob(size)} B/job  ${key}`);
+}
 if (profile) {
   const dir = repoPath(".tmp", "profiles");
   mkdirSync(dir, { recursive: true });

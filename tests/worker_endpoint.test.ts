@@ -462,6 +462,37 @@ describe("worker endpoint sub-flow", () => {
     assert.deepEqual(controller.ofType("ack"), []);
   });
 
+  test("a job completed after a top-up request is acked the ack delay after that request", async () => {
+    // The ack timer set before the request is kept (no timer per request), so when it fires it
+    // waits out the rest of the delay after the request.
+    const clock = new SimulatedClock();
+    const worker = new WorkerEndpoint<string>({
+      producer: "jobs",
+      name: "w",
+      clock,
+      window: 4,
+      ackDelay: 5,
+      handler: () => {},
+    });
+    const controller = new ScriptedController(worker);
+    controller.registered();
+    controller.jobs(1, ["j1"]); // 3 of 4 still granted: its ack waits (due at 5 ms)
+    await quiesce();
+    await clock.advanceAsync(3);
+    controller.jobs(2, ["j2"]); // half the window left: a top-up request confirms j1 and j2
+    await quiesce();
+    controller.jobs(3, ["j3"]); // 3 of 6 still granted: its ack waits
+    await quiesce();
+    const topUps = () => controller.ofType("request").slice(1).map((r) => r.confirmed);
+    assert.deepEqual(topUps(), [2]);
+    await clock.advanceAsync(4); // 7 ms: 4 ms after the request
+    assert.deepEqual(controller.ofType("ack"), []);
+    await clock.advanceAsync(1); // 8 ms: the delay after the request is up
+    assert.deepEqual(controller.ofType("ack").map((a) => a.confirmed), [3]);
+    await clock.advanceAsync(10);
+    assert.deepEqual(controller.ofType("ack").map((a) => a.confirmed), [3], "nothing left to ack");
+  });
+
   test("a final refusal closes the endpoint with a typed error; a retriable one does not", () => {
     const { worker, controller } = gatedWorker();
     const refusals: RegistrationRefusedError[] = [];

@@ -400,6 +400,8 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   #tick: TimerHandle | undefined;
   #retry: TimerHandle | undefined;
   #ackTimer: TimerHandle | undefined;
+  /** When the endpoint last sent a confirming frame (request, ack, done, fail). */
+  #confirmSentAt = Number.NEGATIVE_INFINITY;
   #draining = false;
   #closing: Promise<void> | undefined;
   #settled: (() => void) | undefined;
@@ -590,8 +592,9 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     this.#sentSinceTick = true;
     if (frame.type !== "register" && frame.type !== "progress") {
       this.#sentConfirmed = "confirmed" in frame ? frame.confirmed : frame.seq;
-      this.#ackTimer?.cancel();
-      this.#ackTimer = undefined;
+      // A pending ack timer stays: when it fires it waits out the rest of the delay after this
+      // frame (one timer per ackDelay, not a timer made and cancelled per top-up request).
+      this.#confirmSentAt = this.#activeAt;
     }
     this.#link.send(encodeFrame(frame));
   }
@@ -630,14 +633,27 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     });
   }
 
-  /** Confirm within `ackDelay`, sharing one ack with whatever else completes meanwhile. */
+  /**
+   * Confirm within `ackDelay`, sharing one ack with whatever else completes meanwhile, and never
+   * within `ackDelay` after another confirming frame (see `#handled`).
+   */
   #scheduleAck(): void {
     if (this.#ackDelay === 0 || this.#draining) return this.#ack();
-    this.#ackTimer ??= this.#clock.setTimeout(() => {
-      this.#ackTimer = undefined;
-      if (this.#live && this.#confirmedSeq > this.#sentConfirmed) this.#guard(() => this.#ack());
-    }, this.#ackDelay);
+    this.#ackTimer ??= this.#clock.setTimeout(this.#onAckTimer, this.#ackDelay);
   }
+
+  readonly #onAckTimer = () => {
+    this.#ackTimer = undefined;
+    if (!this.#live || this.#confirmedSeq <= this.#sentConfirmed) return;
+    // A frame sent since the timer was set confirmed what had completed by then; the jobs
+    // completed after it are within the delay until it has passed since that frame.
+    const since = this.#clock.now() - this.#confirmSentAt;
+    if (since < this.#ackDelay) {
+      this.#ackTimer = this.#clock.setTimeout(this.#onAckTimer, this.#ackDelay - since);
+      return;
+    }
+    this.#guard(() => this.#ack());
+  };
 
   #scheduleTick(): void {
     if (this.#tick || this.closed || !this.#link) return;

@@ -410,16 +410,7 @@ describe("worker endpoint sub-flow", () => {
   });
 
   test("completions within the ack delay share one cumulative ack", async () => {
-    const clock = new SimulatedClock();
-    const worker = new WorkerEndpoint<string>({
-      producer: "jobs",
-      name: "w",
-      clock,
-      window: 100,
-      ackDelay: 10,
-      handler: () => {},
-    });
-    const controller = new ScriptedController(worker);
+    const { clock, controller } = ackingWorker(100, 10);
     controller.registered();
     controller.jobs(1, ["j1", "j2", "j3", "j4", "j5"]);
     await quiesce();
@@ -436,16 +427,7 @@ describe("worker endpoint sub-flow", () => {
   test("a worker left idle after its top-up request waits the ack delay to confirm, and a request carries it first", async () => {
     // An ack sent right behind a request can wait for the request's TCP ACK (Nagle's algorithm in
     // Deno's WebSocket client) while the controller, short of demand, sends nothing: no ack then.
-    const clock = new SimulatedClock();
-    const worker = new WorkerEndpoint<string>({
-      producer: "jobs",
-      name: "w",
-      clock,
-      window: 4,
-      ackDelay: 5,
-      handler: () => {},
-    });
-    const controller = new ScriptedController(worker);
+    const { clock, controller } = ackingWorker(4, 5);
     controller.registered();
     controller.jobs(1, ["j1", "j2", "j3"]);
     await quiesce();
@@ -465,16 +447,7 @@ describe("worker endpoint sub-flow", () => {
   test("a job completed after a top-up request is acked the ack delay after that request", async () => {
     // The ack timer set before the request is kept (no timer per request), so when it fires it
     // waits out the rest of the delay after the request.
-    const clock = new SimulatedClock();
-    const worker = new WorkerEndpoint<string>({
-      producer: "jobs",
-      name: "w",
-      clock,
-      window: 4,
-      ackDelay: 5,
-      handler: () => {},
-    });
-    const controller = new ScriptedController(worker);
+    const { clock, controller } = ackingWorker(4, 5);
     controller.registered();
     controller.jobs(1, ["j1"]); // 3 of 4 still granted: its ack waits (due at 5 ms)
     await quiesce();
@@ -591,3 +564,17 @@ describe("worker endpoint after a freeze (rule 7)", () => {
     assert.deepEqual(started.map((d) => d.messageId), ["j1", "j2"], "j2 starts at once");
   });
 });
+
+/** An endpoint with a no-op handler, `window` and `ackDelay` on a simulated clock, and its controller. */
+function ackingWorker(window: number, ackDelay: number) {
+  const clock = new SimulatedClock();
+  const worker = new WorkerEndpoint<string>({
+    producer: "jobs",
+    name: "w",
+    clock,
+    window,
+    ackDelay,
+    handler: () => {},
+  });
+  return { clock, controller: new ScriptedController(worker) };
+}

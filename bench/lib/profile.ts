@@ -98,6 +98,18 @@ export async function stopAllocationSampling(): Promise<[string, number][]> {
   return [...bytes].filter(([, size]) => size > 0).sort((a, b) => b[1] - a[1]);
 }
 
+/**
+ * Stop the sampling started by {@linkcode startAllocationSampling} and print the bytes each
+ * function allocated per job over `jobs` jobs, the largest 30.
+ */
+export async function printAllocationsPerJob(jobs: number): Promise<void> {
+  const perJob = (size: number) => (size / jobs).toFixed(1).padStart(7);
+  const functions = await stopAllocationSampling();
+  const total = functions.reduce((sum, [, size]) => sum + size, 0);
+  console.log(`allocations sampled: ${perJob(total).trim()} bytes/job; by function (self):`);
+  for (const [key, size] of functions.slice(0, 30)) console.log(`  ${perJob(size)} B/job  ${key}`);
+}
+
 /** "name file:line" of a call frame, the file relative to src/, bench/ or node_modules/. */
 function functionKey(frame: { functionName: string; url: string; lineNumber: number }): string {
   const file = fileOf(frame.url);

@@ -19,10 +19,10 @@ import process from "node:process";
 import v8 from "node:v8";
 import { type Link, type LinkReceiver, WorkerEndpoint } from "../../mod.ts";
 import {
+  printAllocationsPerJob,
   printTop,
   startAllocationSampling,
   startProfiling,
-  stopAllocationSampling,
   stopProfiling,
 } from "../lib/profile.ts";
 import { median } from "../lib/stats.ts";
@@ -167,13 +167,7 @@ console.log(
     `(rounds: ${times.map((ms) => (ms * 1000 / jobs).toFixed(2)).join(", ")})` +
     (bytes.length ? `; allocated: ${Math.round(median(bytes))} bytes/job` : ""),
 );
-if (sampling) {
-  const perJob = (size: number) => (size / (jobs * rounds)).toFixed(1).padStart(7);
-  const functions = await stopAllocationSampling();
-  const total = functions.reduce((sum, [, size]) => sum + size, 0);
-  console.log(`allocations sampled: ${perJob(total).trim()} bytes/job; by function (self):`);
-  for (const [key, size] of functions.slice(0, 30)) console.log(`  ${perJob(size)} B/job  ${key}`);
-}
+if (sampling) await printAllocationsPerJob(jobs * rounds);
 if (profile) {
   const dir = repoPath(".tmp", "profiles");
   mkdirSync(dir, { recursive: true });

@@ -149,15 +149,13 @@ async function batch(count: number): Promise<{ ms: number; bytes: number | undef
   const start = process.cpuUsage();
   if (each) {
     for (let n = 0; n < count; n++) producer.submit({ n }).catch(() => {});
-  } else {
-    if (atOnce) {
-      for (let n = 0; n < count; n += SUBMIT_BATCH) {
-        const payloads = [];
-        for (let k = n; k < Math.min(count, n + SUBMIT_BATCH); k++) payloads.push({ n: k });
-        producer.submitMany(payloads).catch(() => {});
-      }
-    } else submitStreaming(producer, count).catch(() => {});
-  }
+  } else if (atOnce) {
+    for (let n = 0; n < count; n += SUBMIT_BATCH) {
+      const payloads = [];
+      for (let k = n; k < Math.min(count, n + SUBMIT_BATCH); k++) payloads.push({ n: k });
+      producer.submitMany(payloads).catch(() => {});
+    }
+  } else submitStreaming(producer, count).catch(() => {});
   await finished;
   await new Promise((resolve) => setTimeout(resolve, 0));
   const used = process.cpuUsage(start);

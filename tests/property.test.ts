@@ -1,6 +1,6 @@
 /**
- * Seeded random interleavings of submissions (one by one and in batches), worker joins, crashes, restarts, graceful leaves
- * and slowdowns, checking the invariants of work pulling after every step:
+ * Seeded random interleavings of submissions (one by one and in batches), worker joins, crashes,
+ * restarts, graceful leaves and slowdowns, checking the invariants of work pulling after every step:
  * - a job is never outstanding (delivered, unconfirmed) at two live links at once;
  * - each worker's handler sees its sub-flow in sequence order;
  * - in the end every submitted job is confirmed at least once.

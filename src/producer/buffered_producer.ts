@@ -259,6 +259,11 @@ class SubmittedBatch {
   }
 }
 
+/** The receipt a submission joining a waiting job gets: that job's. */
+function receiptOf(waiting: Promise<Receipt> | BatchItem): Promise<Receipt> {
+  return waiting instanceof BatchItem ? waiting.receipt() : waiting;
+}
+
 /**
  * The jobs of one `submitMany()` call with generated MessageIDs that no answer has taken yet, as
  * their JSON texts alone: a waiting job costs its text (a third of an item with its `JsonText`),
@@ -366,7 +371,7 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
       const invalid = invalidMessageId(named, -1);
       if (invalid) return Promise.reject(invalid);
       const existing = this.#waiting.get(named);
-      if (existing) return existing instanceof BatchItem ? existing.receipt() : existing;
+      if (existing) return receiptOf(existing);
     }
     // A generated MessageID is made when the job is first produced (nobody can name it before),
     // so a long backlog of waiting jobs does not hold one each; a delivery confirmation waits
@@ -450,7 +455,7 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
         continue;
       }
       if (existing) {
-        batch.join(i, existing instanceof BatchItem ? existing.receipt() : existing);
+        batch.join(i, receiptOf(existing));
         continue;
       }
       const messageId = named ?? (port.deliveryConfirmation ? crypto.randomUUID() : "");

@@ -594,7 +594,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       this.#sentConfirmed = "confirmed" in frame ? frame.confirmed : frame.seq;
       // A pending ack timer stays: when it fires it waits out the rest of the delay after this
       // frame (one timer per ackDelay, not a timer made and cancelled per top-up request).
-      this.#confirmSentAt = this.#activeAt;
+      this.#confirmSentAt = this.#activeAt; // now: #noticeFreeze just set it
     }
     this.#link.send(encodeFrame(frame));
   }

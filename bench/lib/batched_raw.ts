@@ -175,7 +175,7 @@ export class BatchedRawSetup implements Setup {
             window,
           }),
         };
-        const client = spawnChild(`batched raw client ${i}`, command, args, { env });
+        const client = spawnChild(`batched raw client ${i}`, command, args, { env, stdin: true });
         clients.push(client);
         await client.next((report) => report.ev === "ready", "ready", 30_000);
       }

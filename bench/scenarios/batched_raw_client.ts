@@ -23,6 +23,9 @@ interface JobsFrame {
   readonly jobs: readonly { readonly id: string; readonly payload: unknown }[];
 }
 
+// Timing round trips for bench/tools/round_trips.ts: before any socket is made.
+if (process.env.WORKPULL_BENCH_ROUND_TRIPS) await import("../lib/round_trip_probe.ts");
+
 const config: Config = JSON.parse(process.env.WORKPULL_BENCH ?? "{}");
 const window = config.window;
 const half = Math.floor(window / 2);

@@ -38,6 +38,9 @@ export interface WorkerConfig {
   readonly resendInterval?: number;
 }
 
+// Timing round trips for bench/tools/round_trips.ts: before any socket is made.
+if (process.env.WORKPULL_BENCH_ROUND_TRIPS) await import("../lib/round_trip_probe.ts");
+
 const config: WorkerConfig = JSON.parse(process.env.WORKPULL_BENCH ?? "{}");
 const profileDir = process.env.WORKPULL_BENCH_PROFILE;
 const now = () => performance.timeOrigin + performance.now();

@@ -1,0 +1,97 @@
+/**
+ * Where the throughput scenario's time goes between the processes: workpull and the batched raw
+ * WebSocket limit side by side, alternating rounds, each round timed from inside its worker
+ * processes (`bench/lib/round_trip_probe.ts`). For each, per round: the rate, the round trip (a
+ * top-up `request` sent → the next `jobs` frame received) and the hold (a `jobs` frame received
+ * → the next `request` sent), as p50 / p90 / p99 in ms. At a window of 100 topped up at half, a
+ * socket has two frames of 50 on the way, so a socket's rate is about 100 jobs per round trip:
+ * a longer round trip, not a slower worker, is what a lower rate shows.
+ *
+ *   deno run -A bench/tools/round_trips.ts [jobs=100000] [rounds=3] [processes=4] [perProcess=1]
+ *
+ * The runtime is this process's, for the server and the worker processes alike (`bun
+ * bench/tools/round_trips.ts …` measures Bun).
+ *
+ * @module
+ */
+
+import process from "node:process";
+import { BatchedRawSetup } from "../lib/batched_raw.ts";
+import { commandLine, numberArg } from "../lib/cli.ts";
+import type { Child, Report } from "../lib/proc.ts";
+import { runtimeVersion } from "../lib/runtime.ts";
+import { type Setup, WorkpullSetup } from "../lib/setups.ts";
+import { percentileSorted } from "../lib/stats.ts";
+
+const { positionals } = commandLine({
+  usage: "deno run -A bench/tools/round_trips.ts [jobs] [rounds] [processes] [perProcess]",
+  summary:
+    "Round trips and holds seen by the worker processes, workpull beside the batched raw WebSocket limit.",
+  positionals: [
+    { name: "jobs", help: "jobs per round (default 100000)" },
+    { name: "rounds", help: "rounds of each (default 3)" },
+    { name: "processes", help: "worker processes (default 4)" },
+    { name: "perProcess", help: "sockets per worker process (default 1)" },
+  ],
+  flags: {},
+});
+const jobs = numberArg("jobs", positionals[0], 100_000);
+const rounds = numberArg("rounds", positionals[1], 3);
+const topology = {
+  processes: numberArg("processes", positionals[2], 4),
+  perProcess: numberArg("perProcess", positionals[3], 1),
+};
+const WINDOW = 100;
+
+process.env.WORKPULL_BENCH_ROUND_TRIPS = "1"; // the worker processes inherit it
+
+/** Every worker process's samples since its last report. */
+async function collect(children: readonly Child[]): Promise<{ rtt: number[]; hold: number[] }> {
+  const reports = await Promise.all(children.map((child) => {
+    const report = child.next((r: Report) => r.ev === "round-trips", "round trips", 10_000);
+    child.command({ cmd: "round-trips" });
+    return report;
+  }));
+  return {
+    rtt: reports.flatMap((report) => report.rtt as number[]),
+    hold: reports.flatMap((report) => report.hold as number[]),
+  };
+}
+
+const spread = (samples: number[]) => {
+  const sorted = Float64Array.from(samples).sort();
+  const at = (p: number) => percentileSorted(sorted, p).toFixed(3);
+  return `${at(50)} / ${at(90)} / ${at(99)}`;
+};
+
+async function round(name: string, setup: Setup, children: readonly Child[]): Promise<void> {
+  await collect(children); // drop what came before this round
+  const rate = await setup.run(jobs);
+  const { rtt, hold } = await collect(children);
+  console.log(
+    `  ${name.padEnd(13)} ${Math.round(rate).toLocaleString("en-US").padStart(9)} jobs/s; ` +
+      `round trip ${spread(rtt)} ms (${rtt.length}); hold ${spread(hold)} ms`,
+  );
+}
+
+console.log(
+  `round trips on ${runtimeVersion()}, ${topology.processes}×${topology.perProcess}, ` +
+    `window ${WINDOW}, ${jobs.toLocaleString("en-US")} jobs a round (p50 / p90 / p99)`,
+);
+const workpull = await WorkpullSetup.start(topology, { window: WINDOW });
+const batched = await BatchedRawSetup.start(topology, WINDOW).catch(async (error) => {
+  await workpull.close();
+  throw error;
+});
+try {
+  await workpull.run(jobs / 2); // warm-up, unmeasured
+  await batched.run(jobs / 2);
+  for (let i = 1; i <= rounds; i++) {
+    console.log(`round ${i}/${rounds}`);
+    await round("batched raw", batched, batched.clients);
+    await round("workpull", workpull, workpull.workers);
+  }
+} finally {
+  await Promise.all([workpull.close(), batched.close()]);
+}
+process.exit(0);

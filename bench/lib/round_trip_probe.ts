@@ -17,6 +17,7 @@
  */
 
 import process from "node:process";
+import { onCommand } from "./commands.ts";
 
 let rtt: number[] = [];
 let hold: number[] = [];
@@ -53,16 +54,9 @@ class TimedWebSocket extends Native {
 
 globalThis.WebSocket = TimedWebSocket as typeof WebSocket;
 
-let pending = "";
-process.stdin.setEncoding("utf8");
-process.stdin.on("data", (chunk: string) => {
-  pending += chunk;
-  const lines = pending.split("\n");
-  pending = lines.pop()!;
-  for (const line of lines) {
-    if (!line.includes('"round-trips"')) continue;
-    process.stdout.write(`${JSON.stringify({ ev: "round-trips", rtt, hold })}\n`);
-    rtt = [];
-    hold = [];
-  }
+onCommand((command) => {
+  if (command.cmd !== "round-trips") return;
+  process.stdout.write(`${JSON.stringify({ ev: "round-trips", rtt, hold })}\n`);
+  rtt = [];
+  hold = [];
 });

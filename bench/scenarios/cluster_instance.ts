@@ -16,6 +16,7 @@ import process from "node:process";
 import { connectInProcess, JobQueue, WorkerEndpoint } from "../../mod.ts";
 import { type ClusterKvLike, DenoKvClusterStore } from "../../deno_kv.ts";
 import { now } from "../lib/runtime.ts";
+import { onCommand } from "../lib/commands.ts";
 
 /** The configuration of an instance. */
 export interface InstanceConfig {
@@ -87,16 +88,8 @@ function attach(): void {
   }
 }
 
-let pending = "";
-process.stdin.setEncoding("utf8");
-process.stdin.on("data", (chunk: string) => {
-  pending += chunk;
-  const lines = pending.split("\n");
-  pending = lines.pop()!;
-  for (const line of lines) {
-    const command = JSON.parse(line) as { cmd: string };
-    if (command.cmd === "go") attach();
-  }
+onCommand((command) => {
+  if (command.cmd === "go") attach();
 });
 process.stdin.on("end", () => process.exit(0));
 process.on("SIGTERM", () => process.exit(0));

@@ -13,6 +13,7 @@
  */
 
 import process from "node:process";
+import { onCommand } from "../lib/commands.ts";
 
 /** The configuration in `WORKPULL_BENCH`. */
 export interface HttpProducerConfig {
@@ -57,19 +58,11 @@ async function go(): Promise<void> {
   out({ ev: "posted", t: now(), batches });
 }
 
-let pending = "";
-process.stdin.setEncoding("utf8");
-process.stdin.on("data", (chunk: string) => {
-  pending += chunk;
-  const lines = pending.split("\n");
-  pending = lines.pop()!;
-  for (const line of lines) {
-    if (JSON.parse(line).cmd === "go") {
-      go().catch((error) => {
-        out({ ev: "error", status: 0, body: String(error) });
-        process.exit(1);
-      });
-    }
-  }
+onCommand((command) => {
+  if (command.cmd !== "go") return;
+  go().catch((error) => {
+    out({ ev: "error", status: 0, body: String(error) });
+    process.exit(1);
+  });
 });
 out({ ev: "ready" });

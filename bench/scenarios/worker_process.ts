@@ -21,6 +21,7 @@
 import process from "node:process";
 import { connectWorker } from "../../client.ts";
 import { startProfiling, stopProfiling } from "../lib/profile.ts";
+import { onCommand } from "../lib/commands.ts";
 
 /** The configuration in `WORKPULL_BENCH`. */
 export interface WorkerConfig {
@@ -91,20 +92,12 @@ if (config.mode === "raw") {
   }
 }
 
-let pending = "";
-process.stdin.setEncoding("utf8");
-process.stdin.on("data", async (chunk: string) => {
-  pending += chunk;
-  const lines = pending.split("\n");
-  pending = lines.pop()!;
-  for (const line of lines) {
-    const command = JSON.parse(line);
-    if (command.cmd === "latency") {
-      out({ ev: "latency", samples });
-      samples = [];
-    } else if (command.cmd === "profile" && profileDir) {
-      const path = await stopProfiling(profileDir, command.name);
-      out({ ev: "profiled", path });
-    }
+onCommand(async (command) => {
+  if (command.cmd === "latency") {
+    out({ ev: "latency", samples });
+    samples = [];
+  } else if (command.cmd === "profile" && profileDir) {
+    const path = await stopProfiling(profileDir, command.name as string);
+    out({ ev: "profiled", path });
   }
 });

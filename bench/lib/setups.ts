@@ -33,11 +33,13 @@ export const SUBMIT_IN_FLIGHT = 4;
 
 /**
  * Submit the jobs `{"n":0}`…`{"n":count-1}` with `submitMany`, {@linkcode SUBMIT_BATCH} a call
- * and {@linkcode SUBMIT_IN_FLIGHT} calls waiting at a time; resolves when every job is stored.
+ * and `inFlight` calls waiting at a time (as many as there are batches: every call at once);
+ * resolves when every job is stored.
  */
 export async function submitStreaming(
   producer: BufferedProducer<{ n: number }>,
   count: number,
+  inFlight = SUBMIT_IN_FLIGHT,
 ): Promise<void> {
   let next = 0;
   const feed = async () => {
@@ -49,7 +51,7 @@ export async function submitStreaming(
       await producer.submitMany(payloads);
     }
   };
-  await Promise.all(Array.from({ length: SUBMIT_IN_FLIGHT }, feed));
+  await Promise.all(Array.from({ length: inFlight }, feed));
 }
 
 /** Where worker processes write CPU profiles, when profiling. */

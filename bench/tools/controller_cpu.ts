@@ -38,7 +38,7 @@ import {
 import { median } from "../lib/stats.ts";
 import { commandLine, numberArg } from "../lib/cli.ts";
 import { repoPath } from "../lib/runtime.ts";
-import { SUBMIT_BATCH, submitStreaming } from "../lib/setups.ts";
+import { SUBMIT_BATCH, SUBMIT_IN_FLIGHT, submitStreaming } from "../lib/setups.ts";
 
 const { values, positionals } = commandLine({
   usage:
@@ -149,13 +149,11 @@ async function batch(count: number): Promise<{ ms: number; bytes: number | undef
   const start = process.cpuUsage();
   if (each) {
     for (let n = 0; n < count; n++) producer.submit({ n }).catch(() => {});
-  } else if (atOnce) {
-    for (let n = 0; n < count; n += SUBMIT_BATCH) {
-      const payloads = [];
-      for (let k = n; k < Math.min(count, n + SUBMIT_BATCH); k++) payloads.push({ n: k });
-      producer.submitMany(payloads).catch(() => {});
-    }
-  } else submitStreaming(producer, count).catch(() => {});
+  } else {
+    // At once: one call waiting per batch, so every call is made before any receipt comes.
+    const inFlight = atOnce ? Math.ceil(count / SUBMIT_BATCH) : SUBMIT_IN_FLIGHT;
+    submitStreaming(producer, count, inFlight).catch(() => {});
+  }
   await finished;
   await new Promise((resolve) => setTimeout(resolve, 0));
   const used = process.cpuUsage(start);

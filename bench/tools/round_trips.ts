@@ -21,7 +21,7 @@ import { commandLine, numberArg } from "../lib/cli.ts";
 import type { Child, Report } from "../lib/proc.ts";
 import { runtimeVersion } from "../lib/runtime.ts";
 import { type Setup, WorkpullSetup } from "../lib/setups.ts";
-import { percentileSorted } from "../lib/stats.ts";
+import { distribution } from "../lib/stats.ts";
 
 const { positionals } = commandLine({
   usage: "deno run -A bench/tools/round_trips.ts [jobs] [rounds] [processes] [perProcess]",
@@ -59,9 +59,8 @@ async function collect(children: readonly Child[]): Promise<{ rtt: number[]; hol
 }
 
 const spread = (samples: number[]) => {
-  const sorted = Float64Array.from(samples).sort();
-  const at = (p: number) => percentileSorted(sorted, p).toFixed(3);
-  return `${at(50)} / ${at(90)} / ${at(99)}`;
+  const { p50, p90, p99 } = distribution(samples);
+  return `${p50.toFixed(3)} / ${p90.toFixed(3)} / ${p99.toFixed(3)}`;
 };
 
 async function round(name: string, setup: Setup, children: readonly Child[]): Promise<void> {

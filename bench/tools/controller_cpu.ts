@@ -27,7 +27,7 @@
 import { mkdirSync } from "node:fs";
 import process from "node:process";
 import v8 from "node:v8";
-import { BufferedProducer, type Link, MemoryWorkQueue, WorkPullingController } from "../../mod.ts";
+import { BufferedProducer, MemoryWorkQueue, WorkPullingController } from "../../mod.ts";
 import {
   printAllocationsPerJob,
   printTop,
@@ -38,6 +38,7 @@ import {
 import { median } from "../lib/stats.ts";
 import { commandLine, numberArg } from "../lib/cli.ts";
 import { repoPath } from "../lib/runtime.ts";
+import { attachScriptedWorkers } from "../lib/scripted_workers.ts";
 import { SUBMIT_BATCH, SUBMIT_IN_FLIGHT, submitStreaming } from "../lib/setups.ts";
 
 const { values, positionals } = commandLine({
@@ -83,53 +84,14 @@ let confirmedTotal = 0;
 let target = 0;
 let finish: () => void = () => {};
 
-for (let w = 0; w < 4; w++) {
-  let session = "";
-  let confirmed = 0;
-  let received = 0;
-  let requested = 0;
-  const nonce = `n${w}`;
-  const link: Link = {
-    send(frame) {
-      if (frame.startsWith('{"type":"registered"')) {
-        session = JSON.parse(frame).session;
-        requested = WINDOW;
-        queueMicrotask(() =>
-          receiver.receive(
-            `{"type":"request","session":"${session}","nonce":"${nonce}","confirmed":0,"upTo":${requested},"resend":false}`,
-          )
-        );
-        return;
-      }
-      // A jobs frame: count its jobs without parsing it.
-      let count = 0;
-      for (let i = frame.indexOf('{"id":'); i >= 0; i = frame.indexOf('{"id":', i + 6)) count++;
-      received += count;
-      queueMicrotask(() => {
-        // "Process" every job, then confirm as WorkerEndpoint does: top-up at half the window.
-        confirmed = received;
-        confirmedTotal += count;
-        if (requested - confirmed <= WINDOW / 2) {
-          requested = confirmed + WINDOW;
-          receiver.receive(
-            `{"type":"request","session":"${session}","nonce":"${nonce}","confirmed":${confirmed},"upTo":${requested},"resend":false}`,
-          );
-        } else {
-          receiver.receive(
-            `{"type":"ack","session":"${session}","nonce":"${nonce}","confirmed":${confirmed}}`,
-          );
-        }
-        if (confirmedTotal >= target) finish();
-      });
-    },
-    close() {},
-  };
-  const receiver = controller.attach(link);
-  const features = outcomes ? ',"features":["outcomes"]' : "";
-  receiver.receive(
-    `{"type":"register","producer":"bench","worker":"w${w}","incarnation":"i${w}","nonce":"${nonce}","resendInterval":2000${features}}`,
-  );
-}
+attachScriptedWorkers(controller, {
+  window: WINDOW,
+  outcomes,
+  onConfirmed(count) {
+    confirmedTotal += count;
+    if (confirmedTotal >= target) finish();
+  },
+});
 
 /** Bytes allocated on the JavaScript heap so far (V8 only: Bun's figure is not a running total). */
 function allocatedBytes(): number | undefined {

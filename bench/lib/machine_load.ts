@@ -71,17 +71,37 @@ const USER_HZ = 100;
 /** The shortest scenario whose other processes' CPU is measured (see `measureLoad`). */
 const MIN_MEASURED_SECONDS = 1;
 
+/**
+ * The machine's CPU time over every core since boot, in ticks of /proc: `busy` (user, nice,
+ * system, irq, softirq, steal; guest time is already counted in user) and `total` (idle and
+ * iowait too).
+ */
+export function machineCpuTicks(): { busy: number; total: number } {
+  // "cpu  user nice system idle iowait irq softirq steal guest guest_nice"
+  const cpu = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1)
+    .map(Number);
+  const busy = cpu[0] + cpu[1] + cpu[2] + cpu[5] + cpu[6] + (cpu[7] ?? 0);
+  return { busy, total: busy + cpu[3] + cpu[4] };
+}
+
+/**
+ * The CPU time (user and system, every thread) process `pid` has used, in ticks of /proc; with
+ * `reapedChildren`, also that of the children it has reaped.
+ */
+export function processCpuTicks(pid: number | "self", reapedChildren = false): number {
+  // Fields after "(comm) ": state is [0], utime [11], stime [12], cutime [13], cstime [14].
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ").map(Number);
+  return fields[11] + fields[12] + (reapedChildren ? fields[13] + fields[14] : 0);
+}
+
+/** Milliseconds of CPU time per tick of /proc. */
+export const MS_PER_TICK = 1000 / USER_HZ;
+
 function readTicks(): Ticks | null {
   try {
-    // "cpu  user nice system idle iowait irq softirq steal guest guest_nice"; guest time is
-    // already counted in user.
-    const cpu = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1)
-      .map(Number);
-    const machine = cpu[0] + cpu[1] + cpu[2] + cpu[5] + cpu[6] + (cpu[7] ?? 0);
-    // Fields after "(comm) ": state is [0], utime [11], stime [12], cutime [13], cstime [14].
-    const stat = readFileSync("/proc/self/stat", "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ").map(Number);
-    const own = fields[11] + fields[12] + fields[13] + fields[14];
+    const machine = machineCpuTicks().busy;
+    const own = processCpuTicks("self", true);
     return Number.isFinite(machine) && Number.isFinite(own) ? { machine, own } : null;
   } catch {
     return null;

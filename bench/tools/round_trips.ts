@@ -3,9 +3,11 @@
  * WebSocket limit side by side, alternating rounds, each round timed from inside its worker
  * processes (`bench/lib/round_trip_probe.ts`). For each, per round: the rate, the round trip (a
  * top-up `request` sent → the next `jobs` frame received) and the hold (a `jobs` frame received
- * → the next `request` sent), as p50 / p90 / p99 in ms. At a window of 100 topped up at half, a
- * socket has two frames of 50 on the way, so a socket's rate is about 100 jobs per round trip:
- * a longer round trip, not a slower worker, is what a lower rate shows.
+ * → the next `request` sent), as p50 / p90 / p99 in ms; and the CPU time per job of this process
+ * (the controller, or the batched server) and of the worker processes together, all threads,
+ * beside how busy the whole machine was (Linux `/proc`). At a window of 100 topped up at half, a
+ * socket has two frames of 50 on the way, so a socket's rate is at most about 100 jobs per round
+ * trip; the CPU figures show which process spends the time the round trips wait for.
  *
  *   deno run -A bench/tools/round_trips.ts [jobs=100000] [rounds=3] [processes=4] [perProcess=1]
  *
@@ -18,6 +20,7 @@
 import process from "node:process";
 import { BatchedRawSetup } from "../lib/batched_raw.ts";
 import { commandLine, numberArg } from "../lib/cli.ts";
+import { machineCpuTicks, MS_PER_TICK, processCpuTicks } from "../lib/machine_load.ts";
 import type { Child, Report } from "../lib/proc.ts";
 import { runtimeVersion } from "../lib/runtime.ts";
 import { type Setup, WorkpullSetup } from "../lib/setups.ts";
@@ -63,13 +66,27 @@ const spread = (samples: number[]) => {
   return `${p50.toFixed(3)} / ${p90.toFixed(3)} / ${p99.toFixed(3)}`;
 };
 
+/** CPU time (user and system, every thread) process `pid` has used, ms. */
+const cpuMs = (pid: number | "self") => processCpuTicks(pid) * MS_PER_TICK;
+
 async function round(name: string, setup: Setup, children: readonly Child[]): Promise<void> {
   await collect(children); // drop what came before this round
+  const server0 = cpuMs("self");
+  const workers0 = children.reduce((sum, child) => sum + cpuMs(child.pid), 0);
+  const machine0 = machineCpuTicks();
   const rate = await setup.run(jobs);
+  const server = (cpuMs("self") - server0) * 1000 / jobs;
+  const workers = (children.reduce((sum, child) => sum + cpuMs(child.pid), 0) - workers0) * 1000 /
+    jobs;
+  const machine1 = machineCpuTicks();
+  const busy = (machine1.busy - machine0.busy) / (machine1.total - machine0.total);
   const { rtt, hold } = await collect(children);
   console.log(
     `  ${name.padEnd(13)} ${Math.round(rate).toLocaleString("en-US").padStart(9)} jobs/s; ` +
-      `round trip ${spread(rtt)} ms (${rtt.length}); hold ${spread(hold)} ms`,
+      `round trip ${spread(rtt)} ms (${rtt.length}); hold ${spread(hold)} ms; CPU µs/job ` +
+      `server ${server.toFixed(2)}, workers ${workers.toFixed(2)}; machine ${
+        Math.round(busy * 100)
+      } % busy`,
   );
 }
 

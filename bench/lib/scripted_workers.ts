@@ -5,12 +5,13 @@
  * each jobs frame in its text). What a tool measures beside them is the controller's cost alone,
  * without sockets and without real workers.
  *
- * They answer each jobs frame in a microtask, or with `answerIn: "macrotask"` in a timer of
- * their own, so that the controller's turns end between frames as they do with real sockets.
+ * They answer each jobs frame in a microtask, or with `answerIn: "macrotask"` in a later task
+ * (`setImmediate`), so that the controller's turns end between frames as they do with sockets.
  *
  * @module
  */
 
+import { setImmediate } from "node:timers";
 import type { Link, WorkPullingController } from "../../mod.ts";
 
 /** Options of {@linkcode attachScriptedWorkers}. */
@@ -41,8 +42,9 @@ export function attachScriptedWorkers(
   options: ScriptedWorkerOptions = {},
 ): void {
   const window = options.window ?? 100;
+  // `setImmediate`, not `setTimeout(…, 0)`: nested timers are clamped to 4 ms.
   const later = options.answerIn === "macrotask"
-    ? (answer: () => void) => void setTimeout(answer, 0)
+    ? (answer: () => void) => void setImmediate(answer)
     : queueMicrotask;
   for (let w = 0; w < (options.count ?? 4); w++) {
     let session = "";

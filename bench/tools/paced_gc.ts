@@ -64,7 +64,16 @@ interface Scavenge {
   readonly promoted: number;
 }
 
-async function measure(jobsAtOnce: number): Promise<Scavenge[]> {
+/** What one measured child reports: its scavenges while pacing, and what the pacing cost. */
+interface PacedRun {
+  readonly scavenges: Scavenge[];
+  /** CPU time of the process per paced job, µs. */
+  readonly cpuPerJob: number;
+  /** Paced jobs not yet confirmed when the pacing ended (the workers fell behind). */
+  readonly behind: number;
+}
+
+async function measure(jobsAtOnce: number): Promise<PacedRun> {
   const { code, stdout, stderr } = await runToEnd(binary("deno"), [
     "run",
     "-A",
@@ -88,7 +97,8 @@ async function measure(jobsAtOnce: number): Promise<Scavenge[]> {
     if (gc.gc !== "s") continue;
     scavenges.push({ pause: gc.pause, survived: gc.new_space_survived, promoted: gc.promoted });
   }
-  return scavenges;
+  const paced = JSON.parse(lines[to].slice(lines[to].indexOf(PACED) + PACED.length));
+  return { scavenges, cpuPerJob: paced.cpuPerJob, behind: paced.behind };
 }
 
 const kb = (bytes: number) => `${Math.round(bytes / 1024).toLocaleString("en-US")} KB`;
@@ -101,7 +111,7 @@ console.log(
 const promoted: Record<"burst" | "none", number[]> = { burst: [], none: [] };
 for (let round = 1; round <= rounds; round++) {
   for (const kind of ["none", "burst"] as const) {
-    const scavenges = await measure(kind === "burst" ? burst : 0);
+    const { scavenges, cpuPerJob, behind } = await measure(kind === "burst" ? burst : 0);
     if (scavenges.length === 0) {
       console.log(`  round ${round} ${kind}: no scavenge while pacing (pace longer)`);
       continue;
@@ -116,7 +126,7 @@ for (let round = 1; round <= rounds; round++) {
           Math.max(...pauses).toFixed(2)
         } ms; kept ${kb(mean(scavenges.map((s) => s.survived)))}, promoted ${
           kb(promoted[kind].at(-1)!)
-        } a scavenge`,
+        } a scavenge; ${cpuPerJob.toFixed(2)} µs of CPU a job, ${behind} jobs behind at the end`,
     );
   }
 }
@@ -159,8 +169,13 @@ async function child(jobsAtOnce: number): Promise<void> {
   };
   await pace(1000); // unmeasured: the optimizing compiler's work and the heap's growth settle
   console.log(PACING);
+  const cpu = process.cpuUsage();
+  const first = submitted;
   await pace(seconds * 1000);
+  const used = process.cpuUsage(cpu);
+  const cpuPerJob = (used.user + used.system) / (submitted - first);
+  const behind = jobsAtOnce + submitted - confirmed;
   await confirmedAll(jobsAtOnce + submitted);
-  console.log(PACED);
+  console.log(`${PACED} ${JSON.stringify({ cpuPerJob, behind })}`);
   await controller.close();
 }

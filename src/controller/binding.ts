@@ -59,7 +59,7 @@ export function newJob(
  * made, and once a burst (a large `submit()` loop) keeps many jobs alive through a scavenge it
  * makes every later job of that literal in the old generation, where each one, dead within
  * milliseconds, keeps its young MessageID and payload text alive through the next two scavenges:
- * 2.5 MB copied and promoted per scavenge at a paced 100,000 jobs/s, 8-10 ms pauses instead of 2
+ * 2 MB copied and promoted per scavenge at a paced 100,000 jobs/s, 7-8 ms pauses instead of 1.5
  * (`bench/tools/paced_gc.ts`). V8 does not track instances of a class that way.
  */
 class JobRecord implements Job {

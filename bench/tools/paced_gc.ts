@@ -7,11 +7,13 @@
  * and the pauses grow with it. The tool shows whether the controller's hot path has such a site.
  *
  * Each run is a child process (`--v8-flags=--trace-gc-nvp`): a `BufferedProducer`, a
- * `WorkPullingController` and 4 scripted workers that answer each jobs frame in a macrotask (as
- * sockets make them), first `burst` jobs submitted at once with a `submit()` each (0: none) and
+ * `WorkPullingController` and 4 scripted workers that answer each jobs frame in a later task (as
+ * sockets make them); first `burst` jobs submitted at once with a `submit()` each (0: none) and
  * confirmed, then `rate` jobs/s, a `submit()` each on a 1 ms timer as the latency scenario paces
- * them, for a second unmeasured and then for `seconds`. For the scavenges of the paced part it prints their number, the mean and
- * largest pause, and the bytes each one kept (survived in the young generation) and promoted.
+ * them, for a second unmeasured and then for `seconds`. For the scavenges of the paced part it
+ * prints their number, the mean and largest pause, and the bytes each one kept (survived in the
+ * young generation) and promoted; beside them the process's CPU time per paced job, and how many
+ * paced jobs were still unconfirmed when the pacing ended (the workers kept up when none).
  *
  *   deno run -A bench/tools/paced_gc.ts [rate=100000] [seconds=4] [--burst=50000] [--rounds=2]
  *

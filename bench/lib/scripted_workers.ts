@@ -24,23 +24,32 @@ export interface ScriptedWorkerOptions {
   readonly outcomes?: boolean;
   /** Answer a jobs frame in a microtask (default) or in a later macrotask. */
   readonly answerIn?: "microtask" | "macrotask";
-  /** Called with the number of jobs of every jobs frame, once the worker has confirmed them. */
-  readonly onConfirmed?: (count: number) => void;
+}
+
+/** The scripted workers of a controller, counted together. */
+export interface ScriptedWorkers {
+  /** Jobs they have confirmed so far. */
+  readonly confirmed: number;
+  /** Resolves once they have confirmed `total` jobs in all. */
+  confirmedAll(total: number): Promise<void>;
 }
 
 /**
  * Register scripted workers with `controller`; each then confirms every job it is sent.
  *
- * @example Four workers that count what they confirm
+ * @example Four workers, and a wait for 1,000 confirmations
  * ```ts ignore
- * let confirmed = 0;
- * attachScriptedWorkers(controller, { onConfirmed: (count) => confirmed += count });
+ * const workers = attachScriptedWorkers(controller);
+ * await workers.confirmedAll(workers.confirmed + 1000);
  * ```
  */
 export function attachScriptedWorkers(
   controller: WorkPullingController,
   options: ScriptedWorkerOptions = {},
-): void {
+): ScriptedWorkers {
+  let confirmedTotal = 0;
+  let wanted = Infinity;
+  let reached: () => void = () => {};
   const window = options.window ?? 100;
   // `setImmediate`, not `setTimeout(…, 0)`: nested timers are clamped to 4 ms.
   const later = options.answerIn === "macrotask"
@@ -79,7 +88,8 @@ export function attachScriptedWorkers(
               `{"type":"ack","session":"${session}","nonce":"${nonce}","confirmed":${confirmed}}`,
             );
           }
-          options.onConfirmed?.(count);
+          confirmedTotal += count;
+          if (confirmedTotal >= wanted) reached();
         });
       },
       close() {},
@@ -90,4 +100,14 @@ export function attachScriptedWorkers(
       `{"type":"register","producer":"bench","worker":"w${w}","incarnation":"i${w}","nonce":"${nonce}","resendInterval":2000${features}}`,
     );
   }
+  return {
+    get confirmed() {
+      return confirmedTotal;
+    },
+    confirmedAll(total) {
+      if (confirmedTotal >= total) return Promise.resolve();
+      wanted = total;
+      return new Promise<void>((resolve) => (reached = resolve));
+    },
+  };
 }

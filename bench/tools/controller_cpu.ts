@@ -80,18 +80,7 @@ const controller = new WorkPullingController({
   ...(outcomes ? { queue: new MemoryWorkQueue(), outcomes: true } : {}),
 });
 await controller.start();
-let confirmedTotal = 0;
-let target = 0;
-let finish: () => void = () => {};
-
-attachScriptedWorkers(controller, {
-  window: WINDOW,
-  outcomes,
-  onConfirmed(count) {
-    confirmedTotal += count;
-    if (confirmedTotal >= target) finish();
-  },
-});
+const workers = attachScriptedWorkers(controller, { window: WINDOW, outcomes });
 
 /** Bytes allocated on the JavaScript heap so far (V8 only: Bun's figure is not a running total). */
 function allocatedBytes(): number | undefined {
@@ -105,8 +94,7 @@ function allocatedBytes(): number | undefined {
  * bytes allocated meanwhile.
  */
 async function batch(count: number): Promise<{ ms: number; bytes: number | undefined }> {
-  target = confirmedTotal + count;
-  const finished = new Promise<void>((resolve) => (finish = resolve));
+  const finished = workers.confirmedAll(workers.confirmed + count);
   const allocated = allocatedBytes();
   const start = process.cpuUsage();
   if (each) {

@@ -24,7 +24,7 @@ import process from "node:process";
 import { BufferedProducer, WorkPullingController } from "../../mod.ts";
 import { commandLine, numberArg } from "../lib/cli.ts";
 import { runToEnd } from "../lib/proc.ts";
-import { binary, repoPath } from "../lib/runtime.ts";
+import { binary, repoPath, sleep } from "../lib/runtime.ts";
 import { attachScriptedWorkers } from "../lib/scripted_workers.ts";
 import { median } from "../lib/stats.ts";
 
@@ -143,22 +143,9 @@ async function child(jobsAtOnce: number): Promise<void> {
   const producer = new BufferedProducer<{ n: number }>();
   const controller = new WorkPullingController({ name: "bench", producer });
   await controller.start();
-  let confirmed = 0;
-  let wanted = 0;
-  let reached: () => void = () => {};
-  attachScriptedWorkers(controller, {
-    answerIn: "macrotask",
-    onConfirmed(count) {
-      confirmed += count;
-      if (confirmed >= wanted) reached();
-    },
-  });
-  const confirmedAll = (count: number) => {
-    wanted = count;
-    return confirmed >= count ? Promise.resolve() : new Promise<void>((r) => (reached = r));
-  };
+  const workers = attachScriptedWorkers(controller, { answerIn: "macrotask" });
   for (let n = 0; n < jobsAtOnce; n++) producer.submit({ n }).catch(() => {});
-  await confirmedAll(jobsAtOnce);
+  await workers.confirmedAll(jobsAtOnce);
   let submitted = 0;
   const pace = async (ms: number) => {
     const started = performance.now();
@@ -166,7 +153,7 @@ async function child(jobsAtOnce: number): Promise<void> {
     while (performance.now() - started < ms) {
       const due = first + Math.floor((performance.now() - started) / 1000 * rate);
       for (; submitted < due; submitted++) producer.submit({ n: submitted }).catch(() => {});
-      await new Promise((resolve) => setTimeout(resolve, 1));
+      await sleep(1);
     }
   };
   await pace(1000); // unmeasured: the optimizing compiler's work and the heap's growth settle
@@ -176,8 +163,8 @@ async function child(jobsAtOnce: number): Promise<void> {
   await pace(seconds * 1000);
   const used = process.cpuUsage(cpu);
   const cpuPerJob = (used.user + used.system) / (submitted - first);
-  const behind = jobsAtOnce + submitted - confirmed;
-  await confirmedAll(jobsAtOnce + submitted);
+  const behind = jobsAtOnce + submitted - workers.confirmed;
+  await workers.confirmedAll(jobsAtOnce + submitted);
   console.log(`${PACED} ${JSON.stringify({ cpuPerJob, behind })}`);
   await controller.close();
 }

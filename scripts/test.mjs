@@ -95,7 +95,26 @@ function count(xml) {
   return { passed, failed, skipped };
 }
 
+/** Each failing case of a JUnit file: its name and the first lines of its failure message. */
+function failures(xml) {
+  const decode = (text) =>
+    text.replace(/&#(\d+);/g, (_, code) => String.fromCharCode(Number(code)))
+      .replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&quot;/g, '"')
+      .replace(/&apos;/g, "'").replace(/&amp;/g, "&");
+  const found = [];
+  for (const testcase of xml.match(/<testcase\b[\s\S]*?(?:\/>|<\/testcase>)/g) ?? []) {
+    const failure = testcase.match(/<(?:failure|error)\b[^>]*?message="([^"]*)"/);
+    if (!failure) continue;
+    const name = decode(testcase.match(/\bname="([^"]*)"/)?.[1] ?? "?");
+    const message = decode(failure[1]).trim().split("\n").slice(0, 12).join("\n    ");
+    found.push(`${name}\n    ${message}`);
+  }
+  return found;
+}
+
 let passed = 0, failed = 0, skipped = 0;
+/** The failing cases, repeated at the end where a log's tail shows them. */
+const failing = [];
 
 // Static checks count as one test each: formatting, lint, types (also against a lib without the
 // Deno namespace for the core), public API docs, the JSDoc examples run as tests, the package
@@ -123,6 +142,7 @@ for (const [name, [command, args]] of checks) {
     console.log(
       `FAIL ${name}\n${(result.stdout + result.stderr).split("\n").slice(-40).join("\n")}`,
     );
+    failing.push(`static check: ${name}`);
   }
 }
 
@@ -146,9 +166,12 @@ for (const suite of suites) {
       `${suite.name}: no report (exit ${result.status ?? result.signal}); counted as 1 failure`,
     );
     failed += 1;
+    failing.push(`${suite.name}: no report (exit ${result.status ?? result.signal})`);
     continue;
   }
-  const counts = count(readFileSync(suite.file, "utf8"));
+  const xml = readFileSync(suite.file, "utf8");
+  const counts = count(xml);
+  for (const failure of failures(xml)) failing.push(`${suite.name}: ${failure}`);
   // A runner that exits non-zero with no failing case (a crash, an unhandled error) still fails.
   if (result.status !== 0 && counts.failed === 0) counts.failed = 1;
   console.log(
@@ -158,6 +181,7 @@ for (const suite of suites) {
   failed += counts.failed;
   skipped += counts.skipped;
 }
+if (failing.length > 0) console.log(`\nFailed:\n${failing.map((f) => `- ${f}`).join("\n")}`);
 if (skipped > 0) console.log(`(${skipped} skipped)`);
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed > 0 ? 1 : 0);

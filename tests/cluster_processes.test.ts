@@ -173,7 +173,8 @@ test(
         () => journals(dir).ends.size >= 200 && (journals(dir).running.get(c.pid)?.size ?? 0) > 0,
         "200 jobs done, and c running some",
       );
-      const killedAt = Date.now();
+      c.signal("SIGKILL");
+      const killedAt = Date.now(); // after the signal: c journaled every start of its at or before
       await c.stop("SIGKILL");
       const victim = ready[2].instance;
       await waitFor(
@@ -193,28 +194,33 @@ test(
 
       const seen = journals(dir);
       const heldByC = new Set((seen.claims.get(c.pid) ?? []).map((claim) => claim.id));
+      const takeoverMs = takeover.t - killedAt;
+      // Said with every assertion, so that a failure in CI says what happened.
+      const summary = `c claimed ${heldByC.size} jobs in its life, held ${takeover.jobs} when ` +
+        `killed; taken over ${takeoverMs} ms after the kill (lease ${LEASE_TTL} ms, renewal ` +
+        `${RENEW} ms); ${seen.added.size} jobs accepted, ${seen.duplicates.length} ran twice; ` +
+        `takeovers ${JSON.stringify(takeovers())}; failures ${
+          JSON.stringify([...a.of("failed"), ...b.of("failed")])
+        }; fenced ${JSON.stringify([...a.of("fenced"), ...b.of("fenced")])}`;
+      console.log(summary);
       const avoidable = seen.duplicates.filter((id) => !heldByC.has(id));
-      assert.deepEqual(avoidable, [], "duplicates only among the jobs c claimed");
+      assert.deepEqual(avoidable, [], `duplicates only among the jobs c claimed: ${summary}`);
       for (const id of seen.duplicates) {
         const runs = seen.runs.get(id)!;
         assert.ok(
           runs.some((run) => run.pid === c.pid && run.t <= killedAt) && runs.length === 2,
-          `${id} ran at c before the kill, and once more after`,
+          `${id} ran at c before the kill, and once more after: ${JSON.stringify(runs)}; ` +
+            summary,
         );
       }
-      const takeoverMs = takeover.t - killedAt;
-      console.log(
-        `c claimed ${heldByC.size} jobs in its life, held ${takeover.jobs} when killed; taken over ` +
-          `${takeoverMs} ms after the kill (lease ${LEASE_TTL} ms, renewal ${RENEW} ms); ` +
-          `${seen.added.size} jobs accepted, ${seen.duplicates.length} ran twice`,
+      assert.equal(takeovers().length, 1, `exactly one survivor took c over: ${summary}`);
+      assert.ok(takeover.jobs > 0, `c's jobs came back: ${summary}`);
+      assert.ok(takeoverMs <= LEASE_TTL + RENEW + SCHEDULING_SLACK, summary);
+      assert.deepEqual(
+        [...a.of("failed"), ...b.of("failed")],
+        [],
+        `the survivors never failed: ${summary}`,
       );
-      assert.equal(takeovers().length, 1, "exactly one survivor took c over");
-      assert.ok(takeover.jobs > 0, "c's jobs came back");
-      assert.ok(
-        takeoverMs <= LEASE_TTL + RENEW + SCHEDULING_SLACK,
-        `taken over ${takeoverMs} ms after the kill`,
-      );
-      assert.deepEqual([...a.of("failed"), ...b.of("failed")], [], "the survivors never failed");
       assert.deepEqual(
         await Promise.all([a.stop("SIGTERM"), b.stop("SIGTERM")]),
         [0, 0],

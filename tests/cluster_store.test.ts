@@ -28,6 +28,7 @@ import { planJob } from "../src/lifecycle/job_options.ts";
 import { QueueConflictError, QueueFencedError } from "../src/queue/work_queue.ts";
 import { type QueueFactory, runWorkQueueConformance } from "../src/testing/queue_conformance.ts";
 import { type Clock, SimulatedClock } from "../src/core/clock.ts";
+import { decodeLease } from "../src/cluster/codec.ts";
 import { createWorkpullApp, signToken } from "../server.ts";
 import { kvClient, openKv } from "./fixtures/open_kv.ts";
 import { waitFor } from "./support/waiting.ts";
@@ -319,6 +320,79 @@ describe(`DenoKvClusterStore (${CLIENT})`, () => {
       ]);
     } finally {
       f.close();
+    }
+  });
+
+  test("a lease round held up by a slow takeover does not hold up the instance's own renewals", async () => {
+    const kv = await openKv(":memory:");
+    const clock = new SimulatedClock();
+    clock.advance(1_700_000_000_000);
+    // The victim renews only when the test says: it never does.
+    const still: Clock = { now: () => clock.now(), setTimeout: () => ({ cancel() {} }) };
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let reached!: () => void;
+    const atGate = new Promise<void>((resolve) => (reached = resolve));
+    const owned = JSON.stringify(["flow", "owned", "c"]);
+    // The survivor's KV: listing the victim's jobs (the takeover, after its fence is bumped)
+    // waits at the gate, as on a KV busy with other writers.
+    const slow = {
+      getMany: kv.getMany.bind(kv),
+      atomic: kv.atomic.bind(kv),
+      list(selector: { prefix?: unknown }, options?: unknown) {
+        const inner = () => kv.list(selector as Deno.KvListSelector, options as Deno.KvListOptions);
+        if (JSON.stringify(selector.prefix) !== owned) return inner();
+        return (async function* () {
+          reached();
+          await gate;
+          yield* inner();
+        })();
+      },
+    };
+    const instance = { leaseTtl: 1000, renewInterval: 300 };
+    const a = new DenoKvClusterStore(slow as unknown as ClusterKvLike, {
+      prefix: ["flow"],
+      clock,
+      instance: { ...instance, id: "a" },
+    });
+    const c = new DenoKvClusterStore(kv as unknown as ClusterKvLike, {
+      prefix: ["flow"],
+      clock: still,
+      instance: { ...instance, id: "c" },
+    });
+    const lease = async (id: string) => {
+      const entry = await kv.get(["flow", "lease", id]);
+      return entry.value === null ? undefined : decodeLease(entry.value);
+    };
+    const takeovers: TakeoverEvent[] = [];
+    a.addEventListener("takeover", (e) => takeovers.push(e));
+    try {
+      await c.load();
+      await c.enqueue([{ id: "j", payload: "0", plan: planJob({}, clock.now()) }]);
+      assert.equal((await c.take(1)).length, 1);
+      await a.load();
+      await a.renew(); // the round the load started
+      // Tick by tick past the victim's lease, then on for twice a's own TTL while a's takeover
+      // round waits: every tick still renews a's lease.
+      for (let tick = 1; tick <= 10; tick++) {
+        clock.advance(300);
+        await waitFor(
+          async () => (await lease("a"))?.heartbeat === clock.now(),
+          `a's renewal at tick ${tick}`,
+        );
+        assert.ok((await lease("a"))!.expiresAt > clock.now(), "a's lease never lapses");
+        await Promise.race([a.renew(), atGate]); // this tick's round is over, or at the gate
+      }
+      assert.equal((await lease("c"))?.takenOverBy, "a", "a started taking c over");
+      assert.equal(takeovers.length, 0, "and is still at it");
+      release();
+      await waitFor(() => takeovers.length === 1, "the takeover to finish");
+      assert.deepEqual([takeovers[0].takeover.instance, takeovers[0].takeover.jobs], ["c", 1]);
+    } finally {
+      release();
+      a.close();
+      c.close();
+      kv.close();
     }
   });
 

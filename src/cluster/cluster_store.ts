@@ -16,7 +16,9 @@
  *   limits and retry `database is locked`.
  *
  * Timers (on the store's clock): a lease round every `renewInterval` (renew, read the registry,
- * take over lapsed instances, pick up cancel requests, refresh `counts()`); and, while the
+ * take over lapsed instances, pick up cancel requests, refresh `counts()`), at a steady cadence:
+ * while a round is still busy (a takeover of many jobs on a busy KV) the tick renews the lease
+ * alone, so slow work never lets this instance's own lease lapse; and, while the
  * controller has an open grant that found nothing due, a poll of the backlog at most every
  * `pollInterval`, or at the earliest due time it saw, whichever comes first. KV's `watch()`
  * does not see other processes' writes, so polling is how an instance learns of jobs other
@@ -213,6 +215,8 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
   #leaseTimer: TimerHandle | undefined;
   #pollTimer: TimerHandle | undefined;
   #round: Promise<void> | undefined;
+  /** The renewal in flight (a round's, or a tick's while a round is busy). */
+  #renewal: Promise<boolean> | undefined;
   /** The epoch whose fencing was reported (one report per epoch). */
   #fencedEpoch = 0;
   readonly #leaseTtl: number;
@@ -474,19 +478,13 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
   async leave(): Promise<void> {
     this.#stopTimers();
     await this.#round;
+    await this.#renewal; // a renewal landing after the leave would write the lease back
     if (this.#queue.live) await this.#queue.leave();
   }
 
   async #leaseRound(): Promise<void> {
     const queue = this.#queue;
-    if (queue.live) {
-      // Renewing after this instance's own lease lapsed (it was paused, or could not write: a
-      // shared SQLite file locked by a stopped process holds every instance up alike) makes it
-      // take nobody over for a TTL: the others may have been held up the same way.
-      const lapsed = this.#leases.lapsed;
-      if (!(await this.#leases.renew())) return this.#reportFenced();
-      if (lapsed) this.#restraintUntil = this.clock.now() + this.#leaseTtl;
-    }
+    if (queue.live && !(await this.#renewLease())) return;
     const now = this.clock.now();
     const listed = await this.#leases.list();
     const live: ListedLease[] = [];
@@ -513,6 +511,24 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
     }
     this.#counts = await this.#backlog.counts(this.clock.now());
     if (queue.fenced) this.#reportFenced();
+  }
+
+  /** Renew this instance's lease (one renewal at a time); false when it was fenced. */
+  #renewLease(): Promise<boolean> {
+    this.#renewal ??= (async () => {
+      if (!this.#queue.live) return true;
+      // Renewing after this instance's own lease lapsed (it was paused, or could not write: a
+      // shared SQLite file locked by a stopped process holds every instance up alike) makes it
+      // take nobody over for a TTL: the others may have been held up the same way.
+      const lapsed = this.#leases.lapsed;
+      if (!(await this.#leases.renew())) {
+        this.#reportFenced();
+        return false;
+      }
+      if (lapsed) this.#restraintUntil = this.clock.now() + this.#leaseTtl;
+      return true;
+    })().finally(() => (this.#renewal = undefined));
+    return this.#renewal;
   }
 
   /** Pass a fenced error on to the owner once per epoch; stop the timers. */
@@ -557,13 +573,13 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
 
   #startTimers(): void {
     this.#stopTimers();
+    const failed = (error: unknown) =>
+      console.error(`workpull: instance ${this.instance}'s lease round failed`, error);
     const tick = () => {
       this.#leaseTimer = this.clock.setTimeout(() => {
-        this.renew().catch((error) =>
-          console.error(`workpull: instance ${this.instance}'s lease round failed`, error)
-        ).finally(() => {
-          if (this.#leaseTimer !== undefined) tick();
-        });
+        tick(); // the cadence holds however long this round takes
+        if (this.#round === undefined) this.renew().catch(failed);
+        else this.#renewLease().catch(failed);
       }, this.#renewInterval);
     };
     tick();

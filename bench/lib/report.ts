@@ -950,7 +950,10 @@ export function readmeSection(results: Results): string {
       results.generatedAt.slice(0, 10)
     } by a full run of \`${results.command}\`: medians of alternating rounds, each figure next to its baseline measured in the same run, on a shared ${m.cpus}-core ${
       String(m.os).split(" ")[0]
-    } machine that was quiet during the run (load average ${m.loadStart} at the start, ${m.loadEnd} at the end, the benchmark's own processes included; Deno ${v.deno}, Bun ${v.bun}, Node ${v.node}; loopback only). ` +
+    } machine (${m.cpuModel}) that was quiet during the run (load average ${m.loadStart} at the start, ${m.loadEnd} at the end, the benchmark's own processes included; Deno ${v.deno}, Bun ${v.bun}, Node ${v.node}; loopback only). ` +
+    "Figures follow the host's processor: machines of this kind have come with AMD EPYC and " +
+    "Intel Xeon processors, whose rates differ several-fold, and some ratios with them (see " +
+    "[bench/README.md](bench/README.md)); compare a rerun with a run on the same processor. " +
     "Baselines: a raw WebSocket server and client exchanging one JSON job message and one JSON " +
     "confirmation per job with the same window (100) and layout; the batched raw WebSocket " +
     "limit (workpull's batching and cumulative confirmation, no queue logic); raw Deno KV " +

@@ -83,9 +83,13 @@ const suites = [
   },
 ].filter((suite) => !only || only === `--${suite.name}-only`);
 
-/** Count test cases in a JUnit file: passed, failed (failures + errors), skipped. */
-function count(xml) {
-  const cases = xml.match(/<testcase\b[\s\S]*?(?:\/>|<\/testcase>)/g) ?? [];
+/** The test cases of a JUnit file, each as its XML text. */
+function testcases(xml) {
+  return xml.match(/<testcase\b[\s\S]*?(?:\/>|<\/testcase>)/g) ?? [];
+}
+
+/** Count test cases: passed, failed (failures + errors), skipped. */
+function count(cases) {
   let passed = 0, failed = 0, skipped = 0;
   for (const testcase of cases) {
     if (/<(failure|error)\b/.test(testcase)) failed++;
@@ -95,14 +99,14 @@ function count(xml) {
   return { passed, failed, skipped };
 }
 
-/** Each failing case of a JUnit file: its name and the first lines of its failure message. */
-function failures(xml) {
+/** Each failing case: its name and the first lines of its failure message. */
+function failures(cases) {
   const decode = (text) =>
     text.replace(/&#(\d+);/g, (_, code) => String.fromCharCode(Number(code)))
       .replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&quot;/g, '"')
       .replace(/&apos;/g, "'").replace(/&amp;/g, "&");
   const found = [];
-  for (const testcase of xml.match(/<testcase\b[\s\S]*?(?:\/>|<\/testcase>)/g) ?? []) {
+  for (const testcase of cases) {
     const failure = testcase.match(/<(?:failure|error)\b[^>]*?message="([^"]*)"/);
     if (!failure) continue;
     const name = decode(testcase.match(/\bname="([^"]*)"/)?.[1] ?? "?");
@@ -169,9 +173,9 @@ for (const suite of suites) {
     failing.push(`${suite.name}: no report (exit ${result.status ?? result.signal})`);
     continue;
   }
-  const xml = readFileSync(suite.file, "utf8");
-  const counts = count(xml);
-  for (const failure of failures(xml)) failing.push(`${suite.name}: ${failure}`);
+  const cases = testcases(readFileSync(suite.file, "utf8"));
+  const counts = count(cases);
+  for (const failure of failures(cases)) failing.push(`${suite.name}: ${failure}`);
   // A runner that exits non-zero with no failing case (a crash, an unhandled error) still fails.
   if (result.status !== 0 && counts.failed === 0) counts.failed = 1;
   console.log(

@@ -71,13 +71,13 @@ const cpuMs = (pid: number | "self") => processCpuTicks(pid) * MS_PER_TICK;
 
 async function round(name: string, setup: Setup, children: readonly Child[]): Promise<void> {
   await collect(children); // drop what came before this round
+  const workersMs = () => children.reduce((sum, child) => sum + cpuMs(child.pid), 0);
   const server0 = cpuMs("self");
-  const workers0 = children.reduce((sum, child) => sum + cpuMs(child.pid), 0);
+  const workers0 = workersMs();
   const machine0 = machineCpuTicks();
   const rate = await setup.run(jobs);
   const server = (cpuMs("self") - server0) * 1000 / jobs;
-  const workers = (children.reduce((sum, child) => sum + cpuMs(child.pid), 0) - workers0) * 1000 /
-    jobs;
+  const workers = (workersMs() - workers0) * 1000 / jobs;
   const machine1 = machineCpuTicks();
   const busy = (machine1.busy - machine0.busy) / (machine1.total - machine0.total);
   const { rtt, hold } = await collect(children);

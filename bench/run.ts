@@ -103,7 +103,7 @@ const COMMAND: CommandSpec = {
       kind: "value",
       value: "N",
       help:
-        "throughput rounds (default 5; 3 with --quick); also nats rounds when given (default 3)",
+        "throughput rounds (default 5; 3 with --quick); also the rounds of nats, backlog and latency when given (default 3)",
     },
     quick: { kind: "switch", help: "fewer jobs and rounds everywhere; prints only" },
     write: {
@@ -178,7 +178,11 @@ const config = {
     rounds: flag("rounds") ? rounds : quick ? 2 : 3,
   },
   cluster: { jobs: quick ? 5_000 : 20_000, rounds: quick ? 2 : 3, takeoverRounds: quick ? 2 : 3 },
-  latency: { maxJobs: jobs, seconds: quick ? 2 : 3, rounds: quick ? 2 : 3 },
+  latency: {
+    maxJobs: jobs,
+    seconds: quick ? 2 : 3,
+    rounds: flag("rounds") ? rounds : quick ? 2 : 3,
+  },
   failover: { killRounds: quick ? 3 : 5, silentRounds: quick ? 1 : 3 },
   memory: quick ? [{ pending: 100_000, rounds: 1 }] : [
     { pending: 100_000, rounds: 3 },

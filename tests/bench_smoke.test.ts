@@ -2,9 +2,9 @@
  * The benchmark suite's own smoke tests, through `bench/run.ts` as a user runs it: its command
  * line (`--help` prints the usage and writes nothing; an unknown flag or scenario is an error
  * that names it and writes nothing), the batched raw WebSocket baseline beside workpull, the
- * backlog scenario (ingest and drain on a KV file), and the
- * NATS JetStream peer with tiny numbers — every job acked, every figure above zero — so that CI
- * proves the peer works. These measure nothing: speed figures come from full runs only.
+ * latency scenario's record of the idle host's timer oversleep, the backlog scenario (ingest and
+ * drain on a KV file), and the NATS JetStream peer with tiny numbers — every job acked, every
+ * figure above zero — so that CI proves the peer works. These measure nothing: speed figures come from full runs only.
  *
  * Deno only (the suite's entry point runs on Deno and starts its Bun part itself). Outside CI a
  * missing `nats-server` skips the NATS test; in CI (which installs it) it is a failure.
@@ -140,6 +140,34 @@ test("the batched raw WebSocket baseline runs beside workpull and the per-job ba
     assert.ok(
       results.targets.some((t: { target: string }) => /batched raw WebSocket limit/.test(t.target)),
     );
+  });
+});
+
+test("the latency scenario records the idle host's timer oversleep beside its tail", {
+  skip: bunSkip,
+  timeout: 120_000,
+}, async () => {
+  await withTempDir(async (out) => {
+    const file = join(out, "results.json");
+    const args = [
+      "--scenarios=latency",
+      "--runtimes=deno",
+      `--jobs=${JOBS}`,
+      "--rounds=1",
+      "--quick",
+    ];
+    const result = await runSuite([...args, `--json=${file}`], 100_000);
+    assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+    const latency = JSON.parse(readFileSync(file, "utf8")).runtimes.deno.latency;
+    assert.equal(latency.rounds.length, 1, "--rounds applies to the latency scenario");
+    const host = latency.hostTimer;
+    assert.ok(host.count > 100, `a 1 ms timer woke ${host.count} times in ${host.seconds} s`);
+    assert.ok(host.p50 >= 0 && host.p50 <= host.p99 && host.p99 <= host.max);
+    assert.equal(typeof host.over5ms, "number");
+    assert.match(result.stdout, /idle host: a 1 ms timer woke late by p99 /);
+    const targets = JSON.parse(readFileSync(file, "utf8")).targets;
+    const p99 = targets.find((t: { target: string }) => /\(deno\): p99 <= 5 ms/.test(t.target));
+    assert.match(p99.measured, /idle host's 1 ms timer late by up to /);
   });
 });
 

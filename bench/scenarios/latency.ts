@@ -14,12 +14,17 @@
  * in the first round and be counted as the latency of the paced load (a pause the paced load
  * did not cause).
  *
+ * Before it starts any process it measures the host's timer oversleep for `jitterSeconds`
+ * (default 3 s; `lib/timer_jitter.ts`): how late the idle host wakes a process up, beside which
+ * a tail is read.
+ *
  * @module
  */
 
 import process from "node:process";
 import { now, type Runtime, runtimeVersion, sleep, until } from "../lib/runtime.ts";
 import { WorkpullSetup } from "../lib/setups.ts";
+import { measureTimerJitter, type TimerJitter } from "../lib/timer_jitter.ts";
 import { type Distribution, distribution, median, round } from "../lib/stats.ts";
 
 /** The scenario's result (ms). */
@@ -36,6 +41,8 @@ export interface LatencyResult {
   readonly rounds: Distribution[];
   /** Medians over rounds of each percentile. */
   readonly median: Distribution;
+  /** How late a 1 ms timer woke on the idle host just before (see `lib/timer_jitter.ts`). */
+  readonly hostTimer: TimerJitter;
 }
 
 /** Run the scenario on this process's runtime. */
@@ -46,10 +53,20 @@ export async function latency(options: {
   window: number;
   /** Unmeasured pacing before the rounds, s (default 2). */
   settleSeconds?: number;
+  /** How long to measure the idle host's timer oversleep first, s (default 3). */
+  jitterSeconds?: number;
   log: (line: string) => void;
   /** The worker processes' runtime (default: this one); for experiments. */
   workerRuntime?: Runtime;
 }): Promise<LatencyResult> {
+  const hostTimer = await measureTimerJitter(options.jitterSeconds ?? 3);
+  options.log(
+    `  idle host: a 1 ms timer woke late by p99 ${hostTimer.p99.toFixed(2)} ms, p99.9 ${
+      hostTimer.p999.toFixed(2)
+    } ms, max ${
+      hostTimer.max.toFixed(2)
+    } ms (${hostTimer.over5ms} wake-ups over 5 ms in ${hostTimer.seconds} s)`,
+  );
   const setup = await WorkpullSetup.start({ processes: 4, perProcess: 1 }, {
     window: options.window,
     handler: "latency",
@@ -142,6 +159,7 @@ export async function latency(options: {
         p999: pick("p999"),
         max: pick("max"),
       },
+      hostTimer,
     };
   } finally {
     await setup.close();

@@ -42,6 +42,18 @@ export function distribution(samples: Float64Array | number[]): Distribution {
   };
 }
 
+/** `d` with every figure rounded to `digits` decimals (for results files). */
+export function roundedDistribution(d: Distribution, digits = 3): Distribution {
+  return {
+    count: d.count,
+    p50: round(d.p50, digits),
+    p90: round(d.p90, digits),
+    p99: round(d.p99, digits),
+    p999: round(d.p999, digits),
+    max: round(d.max, digits),
+  };
+}
+
 /** Round to `digits` decimals (for results files). */
 export function round(value: number, digits = 0): number {
   const scale = 10 ** digits;

@@ -15,7 +15,7 @@
  * @module
  */
 
-import { type Distribution, distribution, round } from "./stats.ts";
+import { type Distribution, distribution, roundedDistribution } from "./stats.ts";
 
 /** The oversleep of a 1 ms timer on the idle host, ms (see the module text). */
 export interface TimerJitter extends Distribution {
@@ -34,15 +34,6 @@ export async function measureTimerJitter(seconds: number): Promise<TimerJitter> 
     late.push(Math.max(0, woke - asked - 1));
     asked = woke;
   }
-  const d = distribution(late);
-  return {
-    seconds,
-    count: d.count,
-    p50: round(d.p50, 3),
-    p90: round(d.p90, 3),
-    p99: round(d.p99, 3),
-    p999: round(d.p999, 3),
-    max: round(d.max, 3),
-    over5ms: late.filter((ms) => ms > 5).length,
-  };
+  const over5ms = late.filter((ms) => ms > 5).length;
+  return { seconds, ...roundedDistribution(distribution(late)), over5ms };
 }

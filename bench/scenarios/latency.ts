@@ -25,7 +25,13 @@ import process from "node:process";
 import { now, type Runtime, runtimeVersion, sleep, until } from "../lib/runtime.ts";
 import { WorkpullSetup } from "../lib/setups.ts";
 import { measureTimerJitter, type TimerJitter } from "../lib/timer_jitter.ts";
-import { type Distribution, distribution, median, round } from "../lib/stats.ts";
+import {
+  type Distribution,
+  distribution,
+  median,
+  round,
+  roundedDistribution,
+} from "../lib/stats.ts";
 
 /** The scenario's result (ms). */
 export interface LatencyResult {
@@ -135,14 +141,6 @@ export async function latency(options: {
       );
     }
     const pick = (key: keyof Distribution) => round(median(rounds.map((d) => d[key])), 3);
-    const rounded = (d: Distribution): Distribution => ({
-      count: d.count,
-      p50: round(d.p50, 3),
-      p90: round(d.p90, 3),
-      p99: round(d.p99, 3),
-      p999: round(d.p999, 3),
-      max: round(d.max, 3),
-    });
     return {
       runtime: runtimeVersion(),
       topology: "4×1",
@@ -150,7 +148,7 @@ export async function latency(options: {
       rate: round(rate),
       achieved: round(median(achieved)),
       seconds: options.seconds,
-      rounds: rounds.map(rounded),
+      rounds: rounds.map((d) => roundedDistribution(d)),
       median: {
         count: pick("count"),
         p50: pick("p50"),

@@ -9,8 +9,9 @@
  * milliseconds — on one host of this project's kind a lone timer loop on an idle machine
  * overslept by up to 14 ms in 5 s — every process stalls at once, the controller with the
  * workers, and a pacer submitting 75 jobs a millisecond leaves about a thousand of them late
- * each time. The oversleep says whether a rerun's tail is the host's or workpull's: a tail that
- * follows the host's stalls (and is missing on a host without them) is not the code's.
+ * each time. The oversleep tells such a host from a tail that the load makes: a long tail beside
+ * a punctual idle timer comes from how busy the machine is at the paced rate (see
+ * `bench/README.md`, "The host stalls").
  *
  * @module
  */

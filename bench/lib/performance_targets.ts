@@ -141,10 +141,8 @@ export function performanceTargets(results: Results): Target[] {
   for (const [name, r] of runtimes) {
     if (!r.latency) continue;
     const m = r.latency.median;
-    // Beside the tail, how late the idle host woke a timer (absent from older results files).
-    const host = r.latency.hostTimer
-      ? `; idle host's 1 ms timer late by up to ${ms(r.latency.hostTimer.max, 1)}`
-      : "";
+    // Beside the tail, how late the idle host woke a timer.
+    const host = `; idle host's 1 ms timer late by up to ${ms(r.latency.hostTimer.max, 1)}`;
     add(
       `Latency at 50% of max throughput (${name}): p99 <= 5 ms`,
       `p99 ${ms(m.p99, 2)} (rounds ${

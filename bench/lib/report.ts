@@ -637,18 +637,14 @@ function details(results: Results): string[] {
           n0(l.achieved)
         }) for ${l.seconds} s per round. Latency = handler start − submit, clocks \`performance.timeOrigin + performance.now()\` of each process.`,
         "",
-        ...(l.hostTimer
-          ? [
-            `The idle host just before (no benchmark process running), a 1 ms timer for ${l.hostTimer.seconds} s: woke late by p50 ${
-              ms(l.hostTimer.p50, 2)
-            }, p99 ${ms(l.hostTimer.p99, 2)}, p99.9 ${ms(l.hostTimer.p999, 2)}, max ${
-              ms(l.hostTimer.max, 2)
-            }; ${l.hostTimer.over5ms} of ${
-              n0(l.hostTimer.count)
-            } wake-ups over 5 ms late. A stall of the host stalls every process at once; at this rate each one leaves jobs late by as much.`,
-            "",
-          ]
-          : []),
+        `The idle host just before (no benchmark process running), a 1 ms timer for ${l.hostTimer.seconds} s: woke late by p50 ${
+          ms(l.hostTimer.p50, 2)
+        }, p99 ${ms(l.hostTimer.p99, 2)}, p99.9 ${ms(l.hostTimer.p999, 2)}, max ${
+          ms(l.hostTimer.max, 2)
+        }; ${l.hostTimer.over5ms} of ${
+          n0(l.hostTimer.count)
+        } wake-ups over 5 ms late. A stall of the host stalls every process at once; at this rate each one leaves jobs late by as much.`,
+        "",
         markdownTable(
           ["Round", "jobs", "p50", "p90", "p99", "p99.9", "max"],
           [
@@ -913,9 +909,7 @@ export function readmeSection(results: Results): string {
         `p50 ${ms(r.latency.median.p50, 2)}, p99 ${ms(r.latency.median.p99)}, p99.9 ${
           ms(r.latency.median.p999)
         }, max ${ms(r.latency.median.max)}`,
-        r.latency.hostTimer
-          ? `idle host: a 1 ms timer late by up to ${ms(r.latency.hostTimer.max, 1)}`
-          : "",
+        `idle host: a 1 ms timer late by up to ${ms(r.latency.hostTimer.max, 1)}`,
         "",
       ]);
     }

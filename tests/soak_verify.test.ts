@@ -579,3 +579,51 @@ test("a worker resumed before its stopped instance runs what it held: the instan
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+/**
+ * SIGKILLs that may cut a stall short: w1 (pid 501) finishes j1 at 1,010 and records nothing more
+ * before it is SIGKILLed at 1,040 — its event loop may have been stalled all that time, and a
+ * stall is recorded only once it is over. w3 (pid 503) finishes j2 at 1,010 and starts j3 at
+ * 1,030, so it was running 20 ms after j2 without confirming it, and is SIGKILLed at 1,040 too.
+ * w2 runs all three again.
+ */
+function writeKilledDuringStallStory(j: Journals): void {
+  startSharedStory(j, 2, 3);
+  j.spawn("worker", "w3", 503, 50);
+  j.attach("w3", 503, 200, "s1", "b2");
+  j.run("w1", 501, "w1", "b1", 1, 1000, 1010, 1);
+  j.run("w3", 503, "w3", "b2", 2, 1000, 1010, 1);
+  j.run("w3", 503, "w3", "b2", 3, 1030, undefined, 2);
+  j.soak({ ev: "fault", kind: "worker-kill", target: "w1", pid: 501, t: 1040 });
+  j.soak({ ev: "fault", kind: "worker-kill", target: "w3", pid: 503, t: 1040 });
+  j.exit("worker", "w1", 501, 1045);
+  j.exit("worker", "w3", 503, 1045);
+  j.run("w2", 502, "w2", "b1", 1, 1200, 1210);
+  j.run("w2", 502, "w2", "b1", 2, 1210, 1220);
+  j.run("w2", 502, "w2", "b1", 3, 1220, 1230);
+}
+
+test("a SIGKILL excuses a held confirmation only while the worker was not seen running", () => {
+  const dir = mkdtempSync(join(tmpdir(), "workpull-soak-verify-"));
+  try {
+    const journals = new Journals(dir);
+    writeKilledDuringStallStory(journals);
+    const summary = verifyShared(journals, 2);
+    assert.equal(summary.lost, 0);
+    const { byFault: _, ...causes } = summary.duplicates;
+    assert.deepEqual(causes, {
+      total: 3,
+      running: 1, // j3: running at w3's kill
+      "ack-delay": 1, // j1: w1 wrote nothing after it, so it may have been stalled until the kill
+      "unconfirmed-at-controller-kill": 0,
+      avoidable: 1, // j2: w3 ran on (it started j3) and still held j2's confirmation
+    });
+    assert.deepEqual(summary.avoidable.examples.map((example) => example.messageId), ["j2"]);
+    assert.match(
+      summary.avoidable.examples[0].diagnosis,
+      /held its confirmation at a fault of its worker/,
+    );
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -17,9 +17,10 @@
  *
  * **ack-delay** — the confirmation had not reached the controller when F came: the handler
  * finished less than the ack delay (`--ack-delay`, default 10 ms) before F (a worker may hold a
- * confirmation that long; time its event loop was stalled, as it records, does not count), or, F
- * being a TCP cut, the worker sent it less than `TRANSIT_MS` before (the cut dropped it on its
- * way).
+ * confirmation that long; time its event loop was stalled, as it records, does not count, and F
+ * being a SIGKILL, neither does the time after the worker's last record: a stall in progress is
+ * recorded only once it is over), or, F being a TCP cut, the worker sent it less than
+ * `TRANSIT_MS` before (the cut dropped it on its way).
  *
  * **unconfirmed-at-controller-kill** — F killed the controller that delivered the run after the
  * run's confirmation had left its worker, and that confirmation was not durable. Both ends are
@@ -270,9 +271,9 @@ export class Classifier {
         start <= this.#notice(endpoint, t, from) // the worker's clock: no slack
       ) return consider("running", fault, at, true);
       if (!ended) return;
+      const sent = runs.confirmationSent(run);
       if (kill?.resumedAt !== undefined) {
         // A stopped instance: what its workers sent meanwhile waited, unread, for its SIGCONT.
-        const sent = runs.confirmationSent(run);
         if (sent !== undefined && sent >= t - S && sent <= kill.resumedAt + S) {
           return consider("unconfirmed-at-controller-kill", fault, at);
         }
@@ -281,10 +282,14 @@ export class Classifier {
         return consider("unconfirmed-at-controller-kill", fault, at);
       }
       // The ack delay counts only while the worker could run: stalls of its event loop extend it.
-      const held = ackDelay + runs.stalled(endpoint.pid, end, last);
-      if (end >= last - held - S && end < last - S) return consider("ack-delay", fault, at);
+      // A stall is recorded once it is over, so a SIGKILL cuts one in progress short unrecorded:
+      // a worker still holding the confirmation is known to have run only until its last record.
+      const ran = fault.kind === "worker-kill" && !stop && !(sent !== undefined && sent <= t)
+        ? Math.max(end, runs.lastSeen(endpoint.pid, t) ?? end)
+        : last;
+      const held = ackDelay + runs.stalled(endpoint.pid, end, ran);
+      if (end >= ran - held - S && end < last - S) return consider("ack-delay", fault, at);
       if (cut) {
-        const sent = runs.confirmationSent(run);
         if (sent !== undefined && sent >= t - TRANSIT_MS && sent < t + S) {
           return consider("ack-delay", fault, at); // the cut dropped it on its way
         }

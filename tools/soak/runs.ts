@@ -74,6 +74,8 @@ export class Runs {
   readonly endpoints: Endpoint[] = [];
   /** Each worker process's event-loop stalls, in order: [from, to] pairs. */
   readonly #stalls = new Map<number, number[]>();
+  /** When each worker process wrote each of its records, in order: when it was seen running. */
+  readonly #seen = new Map<number, number[]>();
   readonly sessions: string[] = [];
   readonly #sessionIndex = new Map<string, number>();
   /** Lines whose MessageID is not one of the soak's. */
@@ -153,6 +155,19 @@ export class Runs {
     return total;
   }
 
+  /** When worker process `pid` last wrote a record at or before `at` (undefined: never). */
+  lastSeen(pid: number, at: number): number | undefined {
+    const seen = this.#seen.get(pid);
+    if (!seen) return undefined;
+    let low = 0, high = seen.length;
+    while (low < high) {
+      const mid = (low + high) >> 1;
+      if (seen[mid] <= at) low = mid + 1;
+      else high = mid;
+    }
+    return low > 0 ? seen[low - 1] : undefined;
+  }
+
   /** Job numbers with more than one run. */
   *repeated(): Iterable<number> {
     yield* this.more.keys();
@@ -203,6 +218,9 @@ export class Runs {
       const ep = r.ep as string;
       const pid = r.pid as number;
       const t = r.t as number;
+      let seen = this.#seen.get(pid);
+      if (!seen) this.#seen.set(pid, seen = []);
+      seen.push(t); // one process a file: in the order it wrote them
       switch (r.ev) {
         case "start": {
           const n = jobNumber(r.id as string);

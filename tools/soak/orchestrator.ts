@@ -12,7 +12,8 @@
  *    injects a seeded fault every 1–5 s.
  * 4. **Stop**: no more faults, every stopped worker resumed, the producer told to stop (it
  *    finishes its requests in flight).
- * 5. **Drain** (bounded): until every acknowledged job finished (see `drain.ts`).
+ * 5. **Drain** (bounded): until every acknowledged job finished (see `drain.ts`) and, with
+ *    instances, every killed instance was taken over (see `takeovers.ts`).
  * 6. **Shut down**: every process killed and reaped, the proxies closed.
  * 7. **Verify** from the journals (see `verify.ts`) and write `summary.json`.
  *
@@ -36,6 +37,7 @@ import { Cluster, type ControllerSlot, type WorkerSlot } from "./cluster.ts";
 import { drain, type DrainResult } from "./drain.ts";
 import { readAcknowledgements } from "./evidence.ts";
 import { FaultPlan, injectFaults } from "./faults.ts";
+import { awaitTakeovers } from "./takeovers.ts";
 import { Journal, JournalTail, readJournal, wallClock } from "./journal.ts";
 import type { SoakOptions } from "./options.ts";
 import { freePort, WorkerProxy } from "./proxy.ts";
@@ -191,6 +193,13 @@ export async function runSoak(
     const drained: DrainResult = await drain(paths, acks.acked, options.drain * 1000, signal, log);
     journal.write({ ev: "drain", ...drained, t: wallClock() });
     abortIf(signal);
+    if (shared && drained.complete) {
+      // A kill just before the stop gets its takeover before the shutdown (see takeovers.ts).
+      const left = Math.max(0, options.drain * 1000 - drained.ms);
+      const wait = await awaitTakeovers(paths, left, signal, log);
+      journal.write({ ev: "takeovers", ...wait, t: wallClock() });
+      abortIf(signal);
+    }
 
     phase("shutdown");
     await cluster.shutdown();

@@ -2,9 +2,10 @@
  * The benchmark suite's own smoke tests, through `bench/run.ts` as a user runs it: its command
  * line (`--help` prints the usage and writes nothing; an unknown flag or scenario is an error
  * that names it and writes nothing), the batched raw WebSocket baseline beside workpull, the
- * latency scenario's record of the idle host's timer oversleep, the backlog scenario (ingest and
- * drain on a KV file), and the NATS JetStream peer with tiny numbers — every job acked, every
- * figure above zero — so that CI proves the peer works. These measure nothing: speed figures come from full runs only.
+ * latency scenario's record of the idle host's timer oversleep and of the kernel's threads, the
+ * backlog scenario (ingest and drain on a KV file), and the NATS JetStream peer with tiny numbers
+ * — every job acked, every figure above zero — so that CI proves the peer works. These measure
+ * nothing: speed figures come from full runs only.
  *
  * Deno only (the suite's entry point runs on Deno and starts its Bun part itself). Outside CI a
  * missing `nats-server` skips the NATS test; in CI (which installs it) it is a failure.
@@ -165,6 +166,11 @@ test("the latency scenario records the idle host's timer oversleep beside its ta
     assert.ok(host.p50 >= 0 && host.p50 <= host.p99 && host.p99 <= host.max);
     assert.equal(typeof host.over5ms, "number");
     assert.match(result.stdout, /idle host: a 1 ms timer woke late by p99 /);
+    if (process.platform === "linux") {
+      // What the kernel's own threads ran during the rounds (an empty list on a quiet kernel).
+      assert.ok(Array.isArray(latency.kernelThreads), "kernelThreads recorded");
+      assert.match(result.stdout, /kernel threads during the rounds: /);
+    }
     const targets = JSON.parse(readFileSync(file, "utf8")).targets;
     const p99 = targets.find((t: { target: string }) => /\(deno\): p99 <= 5 ms/.test(t.target));
     assert.match(p99.measured, /idle host's 1 ms timer late by up to /);

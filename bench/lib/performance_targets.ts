@@ -13,7 +13,15 @@
  * @module
  */
 
-import { ms, n0, type Results, type RuntimeResults, type Target, x } from "./report.ts";
+import {
+  kernelThreadNote,
+  ms,
+  n0,
+  type Results,
+  type RuntimeResults,
+  type Target,
+  x,
+} from "./report.ts";
 import { runtimeLabel } from "./runtime.ts";
 
 /** workpull against one NATS storage type. */
@@ -142,7 +150,9 @@ export function performanceTargets(results: Results): Target[] {
     if (!r.latency) continue;
     const m = r.latency.median;
     // Beside the tail, how late the idle host woke a timer.
-    const host = `; idle host's 1 ms timer late by up to ${ms(r.latency.hostTimer.max, 1)}`;
+    const host = `; idle host's 1 ms timer late by up to ${ms(r.latency.hostTimer.max, 1)}${
+      kernelThreadNote(r.latency)
+    }`;
     add(
       `Latency at 50% of max throughput (${name}): p99 <= 5 ms`,
       `p99 ${ms(m.p99, 2)} (rounds ${

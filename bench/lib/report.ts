@@ -15,6 +15,7 @@ import type { LatencyResult } from "../scenarios/latency.ts";
 import type { NatsPeerResult } from "../scenarios/nats_peer.ts";
 import type { PeerResult } from "../scenarios/peer.ts";
 import type { ThroughputResult } from "../scenarios/throughput.ts";
+import { describeKernelThreads, KERNEL_THREAD_MIN_MS } from "./kernel_threads.ts";
 import type { BusyVerdict, LoadRecord } from "./machine_load.ts";
 import { natsComparisons, performanceTargets } from "./performance_targets.ts";
 import { runtimeLabel } from "./runtime.ts";
@@ -645,6 +646,14 @@ function details(results: Results): string[] {
           n0(l.hostTimer.count)
         } wake-ups over 5 ms late. A stall of the host stalls every process at once; at this rate each one leaves jobs late by as much.`,
         "",
+        ...(l.kernelThreads
+          ? [
+            `The kernel's own threads during the measured rounds (\`/proc\`, at least ${KERNEL_THREAD_MIN_MS} ms of CPU): ${
+              describeKernelThreads(l.kernelThreads)
+            }. Each wake-up holds a core for about the time shown, and a process it preempts waits (see \`bench/README.md\`, "The host stalls").`,
+            "",
+          ]
+          : []),
         markdownTable(
           ["Round", "jobs", "p50", "p90", "p99", "p99.9", "max"],
           [
@@ -909,7 +918,9 @@ export function readmeSection(results: Results): string {
         `p50 ${ms(r.latency.median.p50, 2)}, p99 ${ms(r.latency.median.p99)}, p99.9 ${
           ms(r.latency.median.p999)
         }, max ${ms(r.latency.median.max)}`,
-        `idle host: a 1 ms timer late by up to ${ms(r.latency.hostTimer.max, 1)}`,
+        `idle host: a 1 ms timer late by up to ${ms(r.latency.hostTimer.max, 1)}${
+          kernelThreadNote(r.latency)
+        }`,
         "",
       ]);
     }
@@ -993,4 +1004,10 @@ export function readmeSection(results: Results): string {
     "```",
     "",
   ].join("\n");
+}
+
+/** `; during the rounds kdamond.0 120 ms in 18 wake-ups (6.7 ms each)`: the busiest kthread */
+export function kernelThreadNote(latency: LatencyResult): string {
+  const top = latency.kernelThreads?.[0];
+  return top ? `; during the rounds ${describeKernelThreads([top])}` : "";
 }

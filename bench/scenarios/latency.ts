@@ -16,7 +16,10 @@
  *
  * Before it starts any process it measures the host's timer oversleep for `jitterSeconds`
  * (default 3 s; `lib/timer_jitter.ts`): how late the idle host wakes a process up, beside which
- * a tail is read.
+ * a tail is read. During the rounds it also records the CPU time and wake-ups of the kernel's own
+ * threads (`lib/kernel_threads.ts`; Linux), such as a memory monitor that takes a core for
+ * milliseconds at a time. The workers count their samples in a histogram
+ * (`lib/latency_histogram.ts`), which costs them no allocation a job.
  *
  * @module
  */
@@ -26,12 +29,14 @@ import { now, type Runtime, runtimeVersion, sleep, until } from "../lib/runtime.
 import { WorkpullSetup } from "../lib/setups.ts";
 import { measureTimerJitter, type TimerJitter } from "../lib/timer_jitter.ts";
 import {
-  type Distribution,
-  distribution,
-  median,
-  round,
-  roundedDistribution,
-} from "../lib/stats.ts";
+  describeKernelThreads,
+  KERNEL_THREAD_MIN_MS,
+  kernelThreadsBetween,
+  kernelThreadTotals,
+  type KernelThreadUse,
+} from "../lib/kernel_threads.ts";
+import { type HistogramData, LatencyHistogram } from "../lib/latency_histogram.ts";
+import { type Distribution, median, round, roundedDistribution } from "../lib/stats.ts";
 
 /** The scenario's result (ms). */
 export interface LatencyResult {
@@ -49,6 +54,11 @@ export interface LatencyResult {
   readonly median: Distribution;
   /** How late a 1 ms timer woke on the idle host just before (see `lib/timer_jitter.ts`). */
   readonly hostTimer: TimerJitter;
+  /**
+   * The kernel's threads that used at least {@linkcode KERNEL_THREAD_MIN_MS} of CPU during the
+   * measured rounds, the most first (`lib/kernel_threads.ts`); undefined without Linux `/proc`.
+   */
+  readonly kernelThreads?: readonly KernelThreadUse[];
 }
 
 /** Run the scenario on this process's runtime. */
@@ -80,12 +90,13 @@ export async function latency(options: {
     submit: "each", // a job a `submit()`, as the pacer submits: its maximum is the one to halve
   });
   try {
+    /** Every worker's samples since the last call, in one histogram. */
     const collect = async () => {
-      const all: number[] = [];
+      const all = new LatencyHistogram();
       for (const worker of setup.workers) {
         worker.command({ cmd: "latency" });
         const report = await worker.next((r) => r.ev === "latency", "latency samples");
-        for (const sample of report.samples as number[]) all.push(sample);
+        all.merge(report.histogram as HistogramData);
       }
       return all;
     };
@@ -125,20 +136,39 @@ export async function latency(options: {
     await collect();
     const rounds: Distribution[] = [];
     const achieved: number[] = [];
+    const kernel = new Map<string, { cpuMs: number; wakeups: number }>();
+    const withProc = kernelThreadTotals() !== undefined; // Linux
     for (let r = 0; r < options.rounds; r++) {
+      const threadsBefore = kernelThreadTotals();
       const { submitted, achieved: rateAchieved } = await pace(options.seconds);
+      const threadsAfter = kernelThreadTotals();
+      if (threadsBefore && threadsAfter) {
+        for (const use of kernelThreadsBetween(threadsBefore, threadsAfter, 0)) {
+          const sum = kernel.get(use.name) ?? { cpuMs: 0, wakeups: 0 };
+          kernel.set(use.name, {
+            cpuMs: sum.cpuMs + use.cpuMs,
+            wakeups: sum.wakeups + use.wakeups,
+          });
+        }
+      }
       achieved.push(rateAchieved);
       const samples = await collect();
-      if (samples.length !== submitted) {
-        throw new Error(`expected ${submitted} latency samples, got ${samples.length}`);
+      if (samples.count !== submitted) {
+        throw new Error(`expected ${submitted} latency samples, got ${samples.count}`);
       }
-      const d = distribution(samples);
+      const d = samples.distribution();
       rounds.push(d);
       options.log(
         `  round ${r + 1}/${options.rounds}: ${d.count} jobs, p50 ${d.p50.toFixed(2)} ms, p99 ${
           d.p99.toFixed(2)
         } ms, p99.9 ${d.p999.toFixed(2)} ms, max ${d.max.toFixed(2)} ms`,
       );
+    }
+    const kernelThreads = [...kernel].map(([name, use]) => ({ name, ...use }))
+      .filter((use) => use.cpuMs >= KERNEL_THREAD_MIN_MS)
+      .sort((a, b) => b.cpuMs - a.cpuMs);
+    if (withProc) {
+      options.log(`  kernel threads during the rounds: ${describeKernelThreads(kernelThreads)}`);
     }
     const pick = (key: keyof Distribution) => round(median(rounds.map((d) => d[key])), 3);
     return {
@@ -158,6 +188,7 @@ export async function latency(options: {
         max: pick("max"),
       },
       hostTimer,
+      kernelThreads: withProc ? kernelThreads : undefined,
     };
   } finally {
     await setup.close();

@@ -12,8 +12,9 @@
  *   resolves, a job held mid-flight).
  *
  * Reports: `{"ev":"ready"}` once every socket is open (raw) or every endpoint is bound;
- * `{"ev":"start","id":…,"t":…}` per job in `report` mode; `{"ev":"latency","samples":[…]}` on
- * the command `{"cmd":"latency"}`. Times are `performance.timeOrigin + performance.now()`.
+ * `{"ev":"start","id":…,"t":…}` per job in `report` mode; on the command `{"cmd":"latency"}`,
+ * `{"ev":"latency","histogram":…}` (the samples since the last such command, counted per 10 µs:
+ * `lib/latency_histogram.ts`). Times are `performance.timeOrigin + performance.now()`.
  *
  * @module
  */
@@ -22,6 +23,7 @@ import process from "node:process";
 import { connectWorker } from "../../client.ts";
 import { startProfiling, stopProfiling } from "../lib/profile.ts";
 import { onCommand } from "../lib/commands.ts";
+import { LatencyHistogram } from "../lib/latency_histogram.ts";
 
 /** The configuration in `WORKPULL_BENCH`. */
 export interface WorkerConfig {
@@ -49,7 +51,7 @@ const out = (line: Record<string, unknown>) => process.stdout.write(`${JSON.stri
 
 if (profileDir) await startProfiling();
 
-let samples: number[] = [];
+const latencies = new LatencyHistogram();
 
 if (config.mode === "raw") {
   let open = 0;
@@ -66,7 +68,7 @@ if (config.mode === "raw") {
 } else {
   const delay = config.delayMs ?? 0;
   const handler = config.handler === "latency"
-    ? ({ payload }: { payload: unknown }) => void samples.push(now() - (payload as { t: number }).t)
+    ? ({ payload }: { payload: unknown }) => latencies.record(now() - (payload as { t: number }).t)
     : config.handler === "report"
     ? ({ messageId }: { messageId: string }) => {
       out({ ev: "start", id: messageId, t: now() });
@@ -94,8 +96,8 @@ if (config.mode === "raw") {
 
 onCommand(async (command) => {
   if (command.cmd === "latency") {
-    out({ ev: "latency", samples });
-    samples = [];
+    out({ ev: "latency", histogram: latencies.data() });
+    latencies.clear();
   } else if (command.cmd === "profile" && profileDir) {
     const path = await stopProfiling(profileDir, command.name as string);
     out({ ev: "profiled", path });

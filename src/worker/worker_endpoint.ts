@@ -78,6 +78,7 @@ import {
 } from "../protocol/schemas.ts";
 import { CloseCode, type Link, type LinkReceiver } from "../transport/link.ts";
 import { RecentCompletions } from "./recent_completions.ts";
+import { SeqBuffer } from "./seq_buffer.ts";
 
 /** One job handed to the handler. */
 export interface Delivery<T = unknown> {
@@ -381,7 +382,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
   #requestUpTo = 0;
   /** The highest confirmation sent on the current link. */
   #sentConfirmed = -1;
-  readonly #buffer = new Map<number, Buffered>();
+  readonly #buffer: SeqBuffer<Buffered>;
   /** Buffered sequences the controller cancelled: skipped, not run. */
   readonly #skip = new Set<number>();
   readonly #maxResultChars: number;
@@ -426,6 +427,7 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     this.name = identifierOption(owner, "name", options.name);
     this.#handler = functionOption(owner, "handler", options.handler, true);
     this.window = integerOption(owner, "window", options.window, 50, 1, MAX_WINDOW);
+    this.#buffer = new SeqBuffer(this.window);
     this.#resendInterval = durationOption(
       owner,
       "resendInterval",
@@ -828,8 +830,8 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
         continue;
       }
       if (seq === this.#inFlight?.seq || this.#buffer.has(seq)) continue;
-      if (this.#buffer.size >= this.window) break; // full: keep the lower ones
-      this.#buffer.set(seq, jobs[i]);
+      // Full, or a lower sequence holds its slot: keep the lower ones.
+      if (this.#buffer.size >= this.window || !this.#buffer.set(seq, jobs[i])) break;
       this.#sawJobs = true;
     }
     if (duplicate) this.#ack(); // heals a confirmation the controller did not see

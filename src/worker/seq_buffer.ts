@@ -7,8 +7,9 @@
  * table it replaces to the new one (for iterators still on the old). Once one table of that chain
  * is in the old generation, each young collection keeps the next one alive, with the jobs it
  * held, and promotes it, until a full collection. In a worker process at full speed that kept
- * about 10 MB of dead jobs alive at every young collection, which paused 6–22 ms where it pauses
- * 0.2–0.4 ms with this ring (see `bench/README.md`, "The worker's buffer: dead jobs kept alive").
+ * about 10 MB of dead jobs alive at every young collection, which paused 3.2 ms on average (up to
+ * 20 ms) where it pauses 0.4–0.5 ms with this ring (`bench/tools/worker_gc.ts`; see
+ * `bench/README.md`, "The worker's buffer: dead jobs kept alive").
  *
  * The buffer holds sequences from the one the endpoint expects next up to the demand it granted,
  * which its window bounds, so with `capacity` = the window no two share a slot. Should they (a

@@ -5,10 +5,10 @@
  * Why: on the AMD EPYC host where this was found (2026-12-02) the kernel runs DAMON, a memory
  * monitor with a page-out scheme, and its thread `kdamond.0` wakes about every 0.54 s and then
  * holds one of the two cores for 10–20 ms. The processes it preempts stall at those moments, and
- * each stall leaves a few hundred jobs late at the latency scenario's rate; the machine-load record cannot show it (it
- * is 1–2 % of the machine). Beside the latency percentiles the scenario reports the kernel
- * threads that used the most CPU during its rounds, and the time per wake-up tells how long
- * each held a core (see `bench/README.md`, "The host stalls").
+ * each stall leaves a few hundred jobs late at the latency scenario's rate; the machine-load
+ * record cannot show it (it is 1–2 % of the machine). Beside the latency percentiles the scenario
+ * reports the kernel threads that used the most CPU during its rounds, and the time per wake-up
+ * tells how long each held a core (see `bench/README.md`, "The host stalls").
  *
  * @module
  */
@@ -38,28 +38,32 @@ export function kernelThreadTotals(): Map<string, { cpuMs: number; wakeups: numb
   }
   const totals = new Map<string, { cpuMs: number; wakeups: number }>();
   for (const pid of pids) {
-    let stat: string;
-    let status: string;
-    try {
-      stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      status = readFileSync(`/proc/${pid}/status`, "utf8");
-    } catch {
-      continue; // it exited meanwhile
-    }
-    // pid (comm) state ppid …: comm may hold spaces and parentheses, so split after the last ')'.
+    const stat = readText(`/proc/${pid}/stat`);
+    if (stat === undefined) continue; // it exited meanwhile
+    // pid (comm) state …: comm may hold spaces and parentheses, so split after the last ')'.
     const close = stat.lastIndexOf(")");
-    const comm = stat.slice(stat.indexOf("(") + 1, close);
     const fields = stat.slice(close + 2).split(" "); // fields[0] is field 3 (state)
     if ((Number(fields[6]) & PF_KTHREAD) === 0) continue; // field 9: flags
+    const status = readText(`/proc/${pid}/status`); // read for kernel threads only
+    if (status === undefined) continue;
     const cpuMs = (Number(fields[11]) + Number(fields[12])) * MS_PER_TICK; // utime, stime
     const wakeups = Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(status)?.[1] ?? 0);
-    const name = comm.split("/")[0];
+    const name = stat.slice(stat.indexOf("(") + 1, close).split("/")[0];
     const total = totals.get(name) ?? { cpuMs: 0, wakeups: 0 };
     total.cpuMs += cpuMs;
     total.wakeups += wakeups;
     totals.set(name, total);
   }
   return totals;
+}
+
+/** A file's text, or undefined when it cannot be read (a process that exited). */
+function readText(path: string): string | undefined {
+  try {
+    return readFileSync(path, "utf8");
+  } catch {
+    return undefined;
+  }
 }
 
 /**

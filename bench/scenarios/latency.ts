@@ -136,13 +136,14 @@ export async function latency(options: {
     await collect();
     const rounds: Distribution[] = [];
     const achieved: number[] = [];
-    const kernel = new Map<string, { cpuMs: number; wakeups: number }>();
-    const withProc = kernelThreadTotals() !== undefined; // Linux
+    /** The kernel threads' use summed over the rounds; undefined without Linux `/proc`. */
+    let kernel: Map<string, { cpuMs: number; wakeups: number }> | undefined = new Map();
     for (let r = 0; r < options.rounds; r++) {
       const threadsBefore = kernelThreadTotals();
       const { submitted, achieved: rateAchieved } = await pace(options.seconds);
       const threadsAfter = kernelThreadTotals();
-      if (threadsBefore && threadsAfter) {
+      if (!threadsBefore || !threadsAfter) kernel = undefined;
+      else if (kernel) {
         for (const use of kernelThreadsBetween(threadsBefore, threadsAfter, 0)) {
           const sum = kernel.get(use.name) ?? { cpuMs: 0, wakeups: 0 };
           kernel.set(use.name, {
@@ -164,10 +165,9 @@ export async function latency(options: {
         } ms, p99.9 ${d.p999.toFixed(2)} ms, max ${d.max.toFixed(2)} ms`,
       );
     }
-    const kernelThreads = [...kernel].map(([name, use]) => ({ name, ...use }))
-      .filter((use) => use.cpuMs >= KERNEL_THREAD_MIN_MS)
-      .sort((a, b) => b.cpuMs - a.cpuMs);
-    if (withProc) {
+    // The sums against nothing: those that used enough, the most first.
+    const kernelThreads = kernel && kernelThreadsBetween(new Map(), kernel, KERNEL_THREAD_MIN_MS);
+    if (kernelThreads) {
       options.log(`  kernel threads during the rounds: ${describeKernelThreads(kernelThreads)}`);
     }
     const pick = (key: keyof Distribution) => round(median(rounds.map((d) => d[key])), 3);
@@ -188,7 +188,7 @@ export async function latency(options: {
         max: pick("max"),
       },
       hostTimer,
-      kernelThreads: withProc ? kernelThreads : undefined,
+      kernelThreads,
     };
   } finally {
     await setup.close();

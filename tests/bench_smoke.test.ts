@@ -136,7 +136,13 @@ test("the batched raw WebSocket baseline runs beside workpull and the per-job ba
       assert.equal(pair.batchedRatios.length, 1, "every round's ratio is recorded");
       assert.ok(pair.batchedRatio > 0);
     }
-    assert.ok(results.loads.some((l: { scenario: string }) => l.scenario === "throughput"));
+    const load = results.loads.find((l: { scenario: string }) => l.scenario === "throughput");
+    assert.ok(load, "the throughput scenario's load is recorded");
+    if (process.platform === "linux" && load.othersCores !== null) {
+      // The hypervisor's steal is recorded apart, as part of the other processes' CPU.
+      assert.equal(typeof load.stealCores, "number");
+      assert.ok(load.stealCores >= 0 && load.stealCores <= load.othersCores + 0.1);
+    }
     assert.equal(typeof results.busy.busy, "boolean");
     assert.ok(
       results.targets.some((t: { target: string }) => /batched raw WebSocket limit/.test(t.target)),

@@ -14,7 +14,9 @@
  *   process's own time and that of the children it has reaped (`/proc/self/stat`: utime,
  *   stime, cutime, cstime; every scenario reaps its children before it returns, and the Bun
  *   part of a run is one such child). Divided by the scenario's wall time it is in cores: 0.5
- *   means someone else kept half a core busy on average.
+ *   means someone else kept half a core busy on average. Its **steal** part is recorded apart:
+ *   time the hypervisor gave this virtual machine's cores to others on the host, which no
+ *   process here used and nothing here can stop (a quiet machine can be on a busy host).
  *
  * **Busy** (the run prints and records a warning and does not rewrite the README section):
  * the load average before the first scenario is above {@linkcode BUSY_LOAD_PER_CORE} per core
@@ -48,6 +50,11 @@ export interface LoadRecord {
   readonly seconds: number;
   /** Cores' worth of CPU used by other processes on average (null where /proc is missing). */
   readonly othersCores: number | null;
+  /**
+   * The part of `othersCores` that was steal: the host running other virtual machines on this
+   * one's cores (null where /proc is missing; absent from runs recorded before it was measured).
+   */
+  readonly stealCores?: number | null;
 }
 
 /** The verdict on a run. */
@@ -63,6 +70,7 @@ export interface BusyVerdict {
 /** CPU ticks: the machine's busy time and this process tree's. */
 interface Ticks {
   readonly machine: number;
+  readonly steal: number;
   readonly own: number;
 }
 
@@ -73,15 +81,15 @@ const MIN_MEASURED_SECONDS = 1;
 
 /**
  * The machine's CPU time over every core since boot, in ticks of /proc: `busy` (user, nice,
- * system, irq, softirq, steal; guest time is already counted in user) and `total` (idle and
- * iowait too).
+ * system, irq, softirq, steal; guest time is already counted in user), `total` (idle and
+ * iowait too) and `steal` (the part of `busy` the hypervisor gave to others on the host).
  */
-export function machineCpuTicks(): { busy: number; total: number } {
+export function machineCpuTicks(): { busy: number; total: number; steal: number } {
   // "cpu  user nice system idle iowait irq softirq steal guest guest_nice"
   const cpu = readFileSync("/proc/stat", "utf8").split("\n")[0].trim().split(/\s+/).slice(1)
     .map(Number);
   const busy = cpu[0] + cpu[1] + cpu[2] + cpu[5] + cpu[6] + (cpu[7] ?? 0);
-  return { busy, total: busy + cpu[3] + cpu[4] };
+  return { busy, total: busy + cpu[3] + cpu[4], steal: cpu[7] ?? 0 };
 }
 
 /**
@@ -100,9 +108,9 @@ export const MS_PER_TICK = 1000 / USER_HZ;
 
 function readTicks(): Ticks | null {
   try {
-    const machine = machineCpuTicks().busy;
+    const { busy: machine, steal } = machineCpuTicks();
     const own = processCpuTicks("self", true);
-    return Number.isFinite(machine) && Number.isFinite(own) ? { machine, own } : null;
+    return Number.isFinite(machine) && Number.isFinite(own) ? { machine, steal, own } : null;
   } catch {
     return null;
   }
@@ -130,9 +138,11 @@ export async function measureLoad<T>(
     const end = readTicks();
     // /proc counts in ticks of 10 ms: over a scenario that was skipped or took well under a
     // second, one tick of a kernel thread reads as cores of "other" CPU. Not measured then.
-    const othersCores = ticks && end && seconds >= MIN_MEASURED_SECONDS
+    const measured = ticks && end && seconds >= MIN_MEASURED_SECONDS;
+    const othersCores = measured
       ? Math.max(0, (end.machine - ticks.machine) - (end.own - ticks.own)) / USER_HZ / seconds
       : null;
+    const stealCores = measured ? (end.steal - ticks.steal) / USER_HZ / seconds : null;
     into.push({
       scenario,
       runtime,
@@ -140,6 +150,7 @@ export async function measureLoad<T>(
       after: load1(),
       seconds: Math.round(seconds * 10) / 10,
       othersCores: othersCores === null ? null : Math.round(othersCores * 1000) / 1000,
+      stealCores: stealCores === null ? null : Math.round(stealCores * 1000) / 1000,
     });
   }
 }
@@ -162,7 +173,9 @@ export function busyVerdict(loadBeforeRun: number, records: readonly LoadRecord[
       reasons.push(
         `other processes used ${(share * 100).toFixed(0)} % of the CPU during ${record.scenario}${
           record.runtime === "any" ? "" : ` on ${record.runtime}`
-        } (${record.othersCores.toFixed(2)} cores; limit ${BUSY_OTHERS_SHARE * 100} %)`,
+        } (${record.othersCores.toFixed(2)} cores${stealPart(record)}; limit ${
+          BUSY_OTHERS_SHARE * 100
+        } %)`,
       );
     }
   }
@@ -172,8 +185,26 @@ export function busyVerdict(loadBeforeRun: number, records: readonly LoadRecord[
     rule: `busy when the 1-minute load average before the run is above ${BUSY_LOAD_PER_CORE} ` +
       `per core, or other processes use more than ${
         BUSY_OTHERS_SHARE * 100
-      } % of the machine's CPU time during a scenario (from /proc: the machine's busy time minus this run's own; ` +
+      } % of the machine's CPU time during a scenario (from /proc: the machine's busy time, the hypervisor's steal included, minus this run's own; ` +
       `not measured for a scenario under ${MIN_MEASURED_SECONDS} s, too short for /proc's 10 ms ticks)`,
     reasons,
   };
+}
+
+/**
+ * ", of which steal …" when the hypervisor took a measurable part of `record`'s other CPU: the
+ * host was busy, not this machine.
+ *
+ * @example
+ * ```ts
+ * import { stealPart } from "./machine_load.ts";
+ * const record = { scenario: "durable", runtime: "deno", before: 0.1, after: 2, seconds: 30 };
+ * console.assert(stealPart({ ...record, othersCores: 0.6, stealCores: 0.5 }).includes("steal"));
+ * console.assert(stealPart({ ...record, othersCores: 0.6, stealCores: 0 }) === "");
+ * ```
+ */
+export function stealPart(record: LoadRecord): string {
+  const steal = record.stealCores;
+  if (steal === undefined || steal === null || steal < 0.01) return "";
+  return `, of which ${steal.toFixed(2)} steal: the host ran other virtual machines on these cores`;
 }

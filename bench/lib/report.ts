@@ -378,6 +378,7 @@ const LOAD_HEADER = [
   "after",
   "seconds",
   "CPU of other processes",
+  "of it, steal (other VMs on the host)",
 ];
 
 /** One row per scenario: the 1-minute load average around it and others' CPU during it. */
@@ -389,6 +390,9 @@ function loadRows(results: Results): string[][] {
     l.after.toFixed(2),
     l.seconds.toFixed(1),
     l.othersCores === null ? "not measured" : `${l.othersCores.toFixed(2)} cores`,
+    l.stealCores === undefined || l.stealCores === null
+      ? "not measured"
+      : `${l.stealCores.toFixed(2)} cores`,
   ]);
 }
 

@@ -28,7 +28,7 @@ import { join } from "node:path";
 import process from "node:process";
 import { commandLine, numberArg } from "../lib/cli.ts";
 import type { DurableResult } from "../scenarios/durable.ts";
-import { load1, type LoadRecord, measureLoad } from "../lib/machine_load.ts";
+import { load1, type LoadRecord, measureLoad, stealPart } from "../lib/machine_load.ts";
 import { repoPath } from "../lib/runtime.ts";
 import { median } from "../lib/stats.ts";
 import { makeTempDir, removeTempDir } from "../lib/tmp.ts";
@@ -374,7 +374,7 @@ try {
       record.after.toFixed(2)
     } after; other processes used ${
       record.othersCores === null ? "(unknown)" : `${record.othersCores.toFixed(2)} cores`
-    } on average over ${record.seconds} s`,
+    }${stealPart(record)} on average over ${record.seconds} s`,
   );
   for (const side of sides) {
     console.log(`${side.label} ${side.commit} = ${side.sha}: ${side.dependencies}`);

@@ -389,11 +389,13 @@ function loadRows(results: Results): string[][] {
     l.before.toFixed(2),
     l.after.toFixed(2),
     l.seconds.toFixed(1),
-    l.othersCores === null ? "not measured" : `${l.othersCores.toFixed(2)} cores`,
-    l.stealCores === undefined || l.stealCores === null
-      ? "not measured"
-      : `${l.stealCores.toFixed(2)} cores`,
+    coresOrNotMeasured(l.othersCores),
+    coresOrNotMeasured(l.stealCores),
   ]);
+}
+
+function coresOrNotMeasured(cores: number | null | undefined): string {
+  return cores === null || cores === undefined ? "not measured" : `${cores.toFixed(2)} cores`;
 }
 
 /** The busy warning, or nothing for a quiet run. */

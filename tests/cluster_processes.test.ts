@@ -10,7 +10,7 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -145,6 +145,57 @@ function journals(dir: string) {
   return { runs, ends, running, claims, added, unfinished, duplicates };
 }
 
+/** Whether `pid` has stopped (Linux: state T in /proc/<pid>/stat); true where /proc can't tell. */
+function isStopped(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat[stat.lastIndexOf(")") + 2] === "T";
+  } catch {
+    return true;
+  }
+}
+
+/** A POSIX write lock on one of the flow's SQLite files. */
+interface FlowLock {
+  readonly pid: number;
+  readonly file: string;
+  readonly start: number;
+  readonly end: number;
+}
+
+/**
+ * The write locks on the flow's SQLite files that keep every other connection from writing
+ * (Linux /proc/locks): the WAL's write and recovery locks (bytes 120 and 122 of the -shm file)
+ * and any on the database file. Empty where /proc/locks can't be read.
+ */
+function flowWriteLocks(dir: string): FlowLock[] {
+  let table: string;
+  const files = new Map<number, string>();
+  try {
+    table = readFileSync("/proc/locks", "utf8");
+    for (const file of ["flow.kv", "flow.kv-shm"]) files.set(statSync(join(dir, file)).ino, file);
+  } catch {
+    return [];
+  }
+  const locks: FlowLock[] = [];
+  for (const line of table.split("\n")) {
+    // "1: POSIX  ADVISORY  WRITE 5032 fe:00:2146366 120 120" (a waiter's line has "->" too)
+    const [, kind, , mode, pid, device, start, end] = line.trim().split(/\s+/);
+    if (kind !== "POSIX" || mode !== "WRITE") continue;
+    const file = files.get(Number(device.split(":")[2]));
+    const lock = { pid: Number(pid), file: file!, start: Number(start), end: Number(end) };
+    const covers = (byte: number) => lock.start <= byte && byte <= lock.end;
+    if (file === "flow.kv" || (file === "flow.kv-shm" && (covers(120) || covers(122)))) {
+      locks.push(lock);
+    }
+  }
+  return locks;
+}
+
+function describeLocks(locks: FlowLock[]): string {
+  return locks.map((l) => `${l.file} ${l.start}-${l.end} (pid ${l.pid})`).join(", ") || "none";
+}
+
 function config(dir: string, name: string, workers: number, jobs: number): InstanceConfig {
   return {
     dir,
@@ -252,11 +303,12 @@ test(
       const victim = ready[1].instance;
       const takenOver = () => [a, idle].some((i) => i.of("takeover").some((t) => t.of === victim));
       let stoppedAt = 0;
-      let stops = 0;
-      // A process stopped inside a write to the SQLite file holds its lock, and so holds every
-      // instance up: none can write, none takes it over (hosted KV has no such lock). Then
-      // resume it, let the flow move on, and stop it again.
-      for (let attempt = 1; !takenOver(); attempt++) {
+      /** What each stop found, for the failure message and the summary. */
+      const stops: string[] = [];
+      // A process stopped inside a write to the SQLite file holds its write lock, and so holds
+      // every instance up: none can write, none takes it over (hosted KV has no such lock). Such a
+      // stop is seen at once in /proc/locks: resume it, let the flow move on, and stop it again.
+      for (let misses = 0; !takenOver();) {
         const ends = journals(dir).ends.size;
         await waitFor(
           () =>
@@ -265,12 +317,21 @@ test(
           "50 more jobs done, and b running some",
         );
         b.signal("SIGSTOP");
-        stoppedAt = Date.now();
-        stops = attempt;
+        await waitFor(() => isStopped(b.pid), "b to stop");
+        stoppedAt = Date.now(); // after the stop took: every claim b asked for came before it
+        const locks = flowWriteLocks(dir).filter((lock) => lock.pid === b.pid);
+        if (locks.length > 0) {
+          stops.push(`held ${describeLocks(locks)}`);
+          b.signal("SIGCONT");
+          if (stops.length >= 30) throw new Error(`b stopped holding a lock: ${stops}`);
+          continue;
+        }
         try {
           await waitFor(takenOver, "a survivor to take b over", 2 * LEASE_TTL + RENEW + 3000);
+          stops.push("taken over");
         } catch (error) {
-          if (attempt >= 5) throw error;
+          stops.push(`not taken over; locks then: ${describeLocks(flowWriteLocks(dir))}`);
+          if (++misses >= 3) throw new Error(`${(error as Error).message}; stops: ${stops}`);
           b.signal("SIGCONT");
         }
       }
@@ -310,13 +371,11 @@ test(
         "the instance without workers claimed nothing",
       );
       assert.deepEqual([...a.of("failed"), ...idle.of("failed")], [], "the others never failed");
+      const byIdle = [...seen.added].filter((id) => id.startsWith("idle-")).length;
       console.log(
-        `b claimed ${heldByB.size} jobs before its stop (stopped ${stops} times until taken over; ` +
-          `a stop inside a write holds the others up); failed at ${b.of("failed")[0].stage}; ` +
-          `${seen.added.size} jobs accepted (${
-            [...seen.added].filter((id) => id.startsWith("idle-")).length
-          } ` +
-          `by the instance without workers), ${seen.duplicates.length} ran twice`,
+        `b claimed ${heldByB.size} jobs before its stop (stops: ${stops.join("; ")}); ` +
+          `failed at ${b.of("failed")[0].stage}; ${seen.added.size} jobs accepted (${byIdle} by ` +
+          `the instance without workers), ${seen.duplicates.length} ran twice`,
       );
       assert.deepEqual(await Promise.all(instances.map((i) => i.stop("SIGTERM"))), [0, 0, 0]);
     } finally {

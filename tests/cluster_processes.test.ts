@@ -10,7 +10,7 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import process from "node:process";
@@ -308,6 +308,8 @@ test(
       // A process stopped inside a write to the SQLite file holds its write lock, and so holds
       // every instance up: none can write, none takes it over (hosted KV has no such lock). Such a
       // stop is seen at once in /proc/locks: resume it, let the flow move on, and stop it again.
+      // Without /proc/locks (not Linux) every stop is tried out in full, so allow more of them.
+      const allowedMisses = existsSync("/proc/locks") ? 3 : 6;
       for (let misses = 0; !takenOver();) {
         const ends = journals(dir).ends.size;
         await waitFor(
@@ -331,7 +333,9 @@ test(
           stops.push("taken over");
         } catch (error) {
           stops.push(`not taken over; locks then: ${describeLocks(flowWriteLocks(dir))}`);
-          if (++misses >= 3) throw new Error(`${(error as Error).message}; stops: ${stops}`);
+          if (++misses >= allowedMisses) {
+            throw new Error(`${(error as Error).message}; stops: ${stops}`);
+          }
           b.signal("SIGCONT");
         }
       }

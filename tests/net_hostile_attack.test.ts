@@ -4,8 +4,9 @@
  * made once; the run must end with the controller alive and no job lost.
  *
  * CI machines are shared and one-second windows are noisy, so this run asks less than the full
- * soak (`deno task attack`: honest throughput ≥ 80% of before, RSS within +20% of the start):
- * ≥ 50% and within +100% — still far from what the weaknesses did before (honest throughput 0,
+ * soak (`deno task attack`: two rounds of every attack, honest throughput ≥ 80% of before, RSS in
+ * the second round within +20% of the highest after the first): one round, ≥ 50% and RSS within
+ * +100% of the start — still far from what the weaknesses did before (honest throughput 0,
  * RSS ×15).
  */
 

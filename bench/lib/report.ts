@@ -490,7 +490,7 @@ function details(results: Results): string[] {
         "",
         `${
           n0(t.jobs)
-        } jobs per run, window ${t.window}, no-op handler, payload \`{"n":i}\`, MessageIDs random UUIDs (the default), ${t.rounds} alternating rounds after two unmeasured warm-up runs of each system. ` +
+        } jobs per run, window ${t.window}, no-op handler, payload \`{"n":i}\`, MessageIDs random UUIDs (the default), ${t.rounds} alternating rounds after five unmeasured warm-up runs of each system. ` +
           "Controller (and raw server) in the benchmark process; workers (and raw clients) in separate processes. " +
           "workpull's producer (a `BufferedProducer`) is given each run's jobs with `submitMany`, 1,000 jobs a call, awaiting each call's receipts with 4 calls waiting at a time, as a producer streaming a large source does (the BullMQ peer awaits each `addBulk`; the NATS peer bounds its publishes awaiting a PubAck). " +
           'The raw baseline (same runtime, same layout of sockets per process) sends each job as one JSON text message `{"type":"job","id":<random UUID>,"payload":{"n":i}}`, the client parses it and answers one JSON confirmation `{"type":"ack","id":…}`, which the server parses before releasing the next job; at most `window` unconfirmed per socket; nothing else (no queue, no validation, no redelivery). ' +

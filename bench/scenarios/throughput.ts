@@ -6,7 +6,7 @@
  * per-job raw WebSocket server and clients of `lib/servers.ts` (one frame per job, one
  * confirmation per job), and the batched raw WebSocket limit of `lib/batched_raw.ts` (workpull's
  * batching and cumulative confirmation, no queue logic). Rounds rotate the three systems (and
- * which goes first) after two unmeasured warm-up runs of each; each ratio is the median of the
+ * which goes first) after five unmeasured warm-up runs of each; each ratio is the median of the
  * per-round ratios.
  *
  * @module
@@ -24,8 +24,15 @@ import {
 import { runtime, runtimeVersion } from "../lib/runtime.ts";
 import { BatchedRawSetup } from "../lib/batched_raw.ts";
 
-/** Unmeasured runs of each system before the rounds. */
-const WARMUP_RUNS = 2;
+/**
+ * Unmeasured runs of each system before the rounds (both layouts run them, so the code shared by
+ * the two controllers sees 1,000,000 jobs). Five, not two: workpull on Deno (1×4, 100,000 jobs a
+ * run, alternating with the batched limit) ran 285–505k jobs/s over its first 10 runs and
+ * 602–637k over the next 4; in a second try its runs from the 7th on had a median of about 640k
+ * (495–709k). The batched limit was within its later range from its second run. Two warm-up runs
+ * measured a workpull still warming up against a settled baseline.
+ */
+const WARMUP_RUNS = 5;
 
 /** Options of {@linkcode throughput}. */
 export interface ThroughputOptions {
@@ -88,7 +95,7 @@ export async function throughput(options: ThroughputOptions): Promise<Throughput
       });
       pairs.push({ topology, raw, batched, workpull, r: [], b: [], w: [] });
     }
-    // JIT warm-up: Bun's optimizing tiers in particular take a few hundred thousand jobs.
+    // JIT and heap warm-up: a few hundred thousand jobs on every runtime (see WARMUP_RUNS).
     log(`  warm-up (${WARMUP_RUNS} × ${jobs.toLocaleString("en-US")} jobs each, not counted)`);
     for (let i = 0; i < WARMUP_RUNS; i++) {
       for (const pair of pairs) {

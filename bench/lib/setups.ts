@@ -32,6 +32,17 @@ export const SUBMIT_BATCH = 1000;
 export const SUBMIT_IN_FLIGHT = 4;
 
 /**
+ * Jobs a measuring tool runs through a system before it measures: workpull on Deno kept speeding
+ * up until about 1,000,000 jobs (see `WARMUP_RUNS` in `scenarios/throughput.ts`).
+ */
+export const WARMUP_JOBS = 1_000_000;
+
+/** Run `setup` unmeasured until it has moved {@linkcode WARMUP_JOBS} jobs, `jobs` a run. */
+export async function warmUp(setup: Setup, jobs: number): Promise<void> {
+  for (let done = 0; done < WARMUP_JOBS; done += jobs) await setup.run(jobs);
+}
+
+/**
  * Submit the jobs `{"n":0}`…`{"n":count-1}` with `submitMany`, {@linkcode SUBMIT_BATCH} a call
  * and `inFlight` calls waiting at a time (as many as there are batches: every call at once);
  * resolves when every job is stored.

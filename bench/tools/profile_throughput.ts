@@ -1,6 +1,7 @@
 /**
  * CPU profiles of the throughput scenario's workpull side: the controller process (this one)
- * and the worker processes, over `rounds` batches of `jobs` after a warm-up. Deno only.
+ * and the worker processes, over `rounds` batches of `jobs` after a warm-up of 1,000,000 jobs
+ * (`WARMUP_JOBS`: the JIT is still speeding workpull up before that). Deno only.
  *
  *   deno run -A bench/tools/profile_throughput.ts [jobs=100000] [rounds=3] [processes=1] [perProcess=4]
  *
@@ -21,12 +22,12 @@ const dir = repoPath(".tmp", "profiles", new Date().toISOString().replace(/[:.]/
 mkdirSync(dir, { recursive: true });
 process.env.WORKPULL_BENCH_PROFILE = dir; // read by lib/setups.ts at import
 
-const { WorkpullSetup } = await import("../lib/setups.ts");
+const { warmUp, WorkpullSetup } = await import("../lib/setups.ts");
 const { printTop, startProfiling, stopProfiling } = await import("../lib/profile.ts");
 
 const setup = await WorkpullSetup.start({ processes, perProcess }, { window: 100 });
 try {
-  await setup.run(jobs / 2);
+  await warmUp(setup, jobs);
   await startProfiling();
   const started = performance.now();
   const rates = [];

@@ -8,6 +8,8 @@
  * beside how busy the whole machine was (Linux `/proc`). At a window of 100 topped up at half, a
  * socket has two frames of 50 on the way, so a socket's rate is at most about 100 jobs per round
  * trip; the CPU figures show which process spends the time the round trips wait for.
+ * Both run 1,000,000 jobs (`WARMUP_JOBS`) unmeasured first, alternating: workpull is still
+ * speeding up before that.
  *
  *   deno run -A bench/tools/round_trips.ts [jobs=100000] [rounds=3] [processes=4] [perProcess=1]
  *
@@ -23,7 +25,7 @@ import { commandLine, numberArg } from "../lib/cli.ts";
 import { machineCpuTicks, MS_PER_TICK, processCpuTicks } from "../lib/machine_load.ts";
 import type { Child, Report } from "../lib/proc.ts";
 import { runtimeVersion } from "../lib/runtime.ts";
-import { type Setup, WorkpullSetup } from "../lib/setups.ts";
+import { type Setup, WARMUP_JOBS, WorkpullSetup } from "../lib/setups.ts";
 import { distribution } from "../lib/stats.ts";
 
 const { positionals } = commandLine({
@@ -100,8 +102,11 @@ const batched = await BatchedRawSetup.start(topology, WINDOW).catch(async (error
   throw error;
 });
 try {
-  await workpull.run(jobs / 2); // warm-up, unmeasured
-  await batched.run(jobs / 2);
+  // Warm-up, unmeasured, alternating as the rounds do.
+  for (let done = 0; done < WARMUP_JOBS; done += jobs) {
+    await batched.run(jobs);
+    await workpull.run(jobs);
+  }
   for (let i = 1; i <= rounds; i++) {
     console.log(`round ${i}/${rounds}`);
     await round("batched raw", batched, batched.clients);

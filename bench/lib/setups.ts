@@ -37,10 +37,15 @@ export const SUBMIT_IN_FLIGHT = 4;
  */
 export const WARMUP_JOBS = 1_000_000;
 
-/** Run `setup` unmeasured until it has moved {@linkcode WARMUP_JOBS} jobs, `jobs` a run. */
-export async function warmUp(setup: Setup, jobs: number): Promise<void> {
+/**
+ * Run every one of `setups` unmeasured until each has moved {@linkcode WARMUP_JOBS} jobs, `jobs`
+ * a run, taking turns as measured rounds do.
+ */
+export async function warmUp(setups: readonly Setup[], jobs: number): Promise<void> {
   if (!(jobs >= 1)) throw new RangeError(`a warm-up run needs at least 1 job, got ${jobs}`);
-  for (let done = 0; done < WARMUP_JOBS; done += jobs) await setup.run(jobs);
+  for (let done = 0; done < WARMUP_JOBS; done += jobs) {
+    for (const setup of setups) await setup.run(jobs);
+  }
 }
 
 /**

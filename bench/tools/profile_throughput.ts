@@ -27,7 +27,7 @@ const { printTop, startProfiling, stopProfiling } = await import("../lib/profile
 
 const setup = await WorkpullSetup.start({ processes, perProcess }, { window: 100 });
 try {
-  await warmUp(setup, jobs);
+  await warmUp([setup], jobs);
   await startProfiling();
   const started = performance.now();
   const rates = [];

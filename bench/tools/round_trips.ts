@@ -25,7 +25,7 @@ import { commandLine, numberArg } from "../lib/cli.ts";
 import { machineCpuTicks, MS_PER_TICK, processCpuTicks } from "../lib/machine_load.ts";
 import type { Child, Report } from "../lib/proc.ts";
 import { runtimeVersion } from "../lib/runtime.ts";
-import { type Setup, WARMUP_JOBS, WorkpullSetup } from "../lib/setups.ts";
+import { type Setup, warmUp, WorkpullSetup } from "../lib/setups.ts";
 import { distribution } from "../lib/stats.ts";
 
 const { positionals } = commandLine({
@@ -102,11 +102,7 @@ const batched = await BatchedRawSetup.start(topology, WINDOW).catch(async (error
   throw error;
 });
 try {
-  // Warm-up, unmeasured, alternating as the rounds do.
-  for (let done = 0; done < WARMUP_JOBS; done += jobs) {
-    await batched.run(jobs);
-    await workpull.run(jobs);
-  }
+  await warmUp([batched, workpull], jobs);
   for (let i = 1; i <= rounds; i++) {
     console.log(`round ${i}/${rounds}`);
     await round("batched raw", batched, batched.clients);

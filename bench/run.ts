@@ -422,7 +422,17 @@ async function main(): Promise<void> {
   if (selected.includes("nats")) {
     log("\n2b. peer: NATS JetStream (work-queue stream, durable pull consumer)");
     const { natsPeer } = await import("./scenarios/nats_peer.ts");
-    results.nats = await measureLoad(loads, "nats", "any", () => natsPeer({ ...config.nats, log }));
+    // workpull on a Deno KV file runs beside each file round: Deno KV files are Deno's.
+    const besideFile = runtime === "deno"
+      ? async (count: number) =>
+        (await import("./scenarios/durable.ts")).endToEnd(count, config.window)
+      : undefined;
+    results.nats = await measureLoad(
+      loads,
+      "nats",
+      "any",
+      () => natsPeer({ ...config.nats, log, besideFile }),
+    );
     if ("skipped" in results.nats) log(`  skipped: ${results.nats.skipped}`);
   }
   const others = runtimes.filter((name) => name !== runtime);

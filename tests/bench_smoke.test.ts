@@ -227,5 +227,10 @@ test("the NATS JetStream peer acks every job, memory and file storage", {
         assert.equal(acked, JOBS, `${storage}: every job acked`);
       }
     }
+    // Run from Deno, workpull on a KV file ran beside the file round, and the ratio pairs them.
+    assert.equal(nats.besideFile.samples.length, nats.file.samples.length);
+    assert.ok(nats.besideFile.samples[0] > 0, "workpull on a KV file: jobs/s above zero");
+    const paired = nats.besideFile.samples[0] / nats.file.samples[0];
+    assert.ok(Math.abs(nats.besideFile.ratios[0] - paired) < 0.01, "the ratio is of the pair");
   });
 });

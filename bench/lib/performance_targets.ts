@@ -7,7 +7,7 @@
  * - ≥ 0.7x the batched raw WebSocket limit in every layout;
  * - durable on a Deno KV file (in-process producer) ≥ 0.9x raw KV at 100 jobs per commit;
  * - ≥ 5x NATS JetStream with memory storage (every layout of workpull in memory) and ≥ 2x with
- *   file storage (workpull on a Deno KV file);
+ *   file storage (workpull on a Deno KV file, in rounds run beside NATS's when the run has them);
  * - latency at half the maximum throughput: p99 ≤ 5 ms and p99.9 ≤ 20 ms, Deno and Bun.
  *
  * @module
@@ -31,10 +31,22 @@ export interface NatsComparison {
   readonly workpull?: number;
   /** The peer's figure, as text. */
   readonly peer: string;
-  /** workpull / NATS, of the medians, as text ("" without a workpull figure). */
+  /**
+   * workpull / NATS as text ("" without a workpull figure): the median of `perRound` when the
+   * rounds are paired, else of the medians.
+   */
   readonly ratio: string;
-  /** workpull's median / each NATS round. */
+  /** workpull's median / each NATS round, or each paired round's workpull / NATS. */
   readonly perRound: number[];
+  /** Whether each NATS round has its own workpull round beside it (`perRound` pairs them). */
+  readonly paired: boolean;
+}
+
+/** The median of `values` (not empty). */
+function medianOf(values: readonly number[]): number {
+  const sorted = values.toSorted((a, b) => a - b);
+  const middle = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
 }
 
 /** The lowest workpull in-memory throughput of the run, and where it was measured. */
@@ -52,21 +64,40 @@ function lowestInMemory(results: Results): { value: number; where: string } | un
 
 /**
  * NATS memory storage against workpull in memory (its lowest throughput row) and NATS file
- * storage against workpull on a Deno KV file (in-process producer). Empty without NATS figures.
+ * storage against workpull on a Deno KV file (in-process producer): the rounds run beside each
+ * file round when the run has them, else the durable scenario's median. Empty without NATS
+ * figures.
  */
 export function natsComparisons(results: Results): NatsComparison[] {
   const nats = results.nats;
   if (!nats || !("memory" in nats)) return [];
   const peer = `NATS JetStream ${nats.natsServer}`;
-  const compare = (measure: string, workpull: number | undefined, series: typeof nats.memory) => ({
+  const compare = (
+    measure: string,
+    workpull: number | undefined,
+    series: typeof nats.memory,
+  ): NatsComparison => ({
     measure,
     workpull,
     peer: `${peer}: ${n0(series.median)} jobs/s`,
     ratio: workpull ? x(workpull / series.median) : "",
     perRound: workpull ? series.samples.map((sample) => workpull / sample) : [],
+    paired: false,
   });
   const memory = lowestInMemory(results);
-  const file = results.runtimes.deno?.durable?.endToEnd.median;
+  const fileMeasure =
+    `Peer: NATS JetStream, file storage, ${nats.tuning.workers} worker processes, vs workpull on a Deno KV file`;
+  const beside = nats.besideFile;
+  const file: NatsComparison = beside && beside.ratios.length > 0
+    ? {
+      measure: `${fileMeasure} (a round of each side by side)`,
+      workpull: beside.median,
+      peer: `${peer}: ${n0(nats.file.median)} jobs/s`,
+      ratio: x(medianOf(beside.ratios)),
+      perRound: beside.ratios,
+      paired: true,
+    }
+    : compare(fileMeasure, results.runtimes.deno?.durable?.endToEnd.median, nats.file);
   return [
     compare(
       `Peer: NATS JetStream, memory storage, ${nats.tuning.workers} worker processes, vs workpull in memory${
@@ -75,11 +106,7 @@ export function natsComparisons(results: Results): NatsComparison[] {
       memory?.value,
       nats.memory,
     ),
-    compare(
-      `Peer: NATS JetStream, file storage, ${nats.tuning.workers} worker processes, vs workpull on a Deno KV file`,
-      file,
-      nats.file,
-    ),
+    file,
   ];
 }
 
@@ -111,10 +138,7 @@ export function performanceTargets(results: Results): Target[] {
   }
   const durable = results.runtimes.deno?.durable;
   if (durable?.ratios) {
-    const sorted = durable.ratios.endToEnd.toSorted((a, b) => a - b);
-    const ratio = sorted.length % 2
-      ? sorted[sorted.length >> 1]
-      : (sorted[sorted.length / 2 - 1] + sorted[sorted.length / 2]) / 2;
+    const ratio = medianOf(durable.ratios.endToEnd);
     add(
       "Durable (Deno KV file, in-process producer) >= 0.9x raw KV at 100 jobs per commit",
       `${x(ratio)} (${n0(durable.endToEnd.median)} vs ${
@@ -136,7 +160,17 @@ export function performanceTargets(results: Results): Target[] {
         );
       }
     }
-    if (durable) {
+    const beside = nats.besideFile;
+    if (beside && beside.ratios.length > 0) {
+      const ratio = medianOf(beside.ratios);
+      add(
+        "Durable on a Deno KV file >= 2x NATS JetStream, file storage",
+        `${x(ratio)} (rounds side by side: workpull ${beside.samples.map(n0).join(", ")}, NATS ${
+          nats.file.samples.map(n0).join(", ")
+        } jobs/s); per round ${rounds(beside.ratios)}`,
+        ratio >= 2,
+      );
+    } else if (durable) {
       const ratio = durable.endToEnd.median / nats.file.median;
       add(
         "Durable on a Deno KV file >= 2x NATS JetStream, file storage",

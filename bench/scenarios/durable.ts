@@ -58,8 +58,11 @@ async function raw(jobs: number, perCommit: number): Promise<number> {
   }
 }
 
-/** The workpull system on a fresh KV file; jobs/s until the last confirmation is written. */
-async function endToEnd(jobs: number, window: number): Promise<number> {
+/**
+ * The workpull system on a fresh KV file; jobs/s until the last confirmation is written. The NATS
+ * peer (`nats_peer.ts`) runs it too, beside each of its file-storage rounds.
+ */
+export async function endToEnd(jobs: number, window: number): Promise<number> {
   const { kv, close } = await freshKv();
   let setup: WorkpullSetup | undefined;
   try {

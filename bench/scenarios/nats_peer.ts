@@ -14,6 +14,13 @@
  * acks add up to the job count, the consumer delivered exactly that many with none pending
  * or redelivered, and the stream is empty. Memory and file rounds alternate.
  *
+ * Run from Deno, each file round has a round of workpull on a Deno KV file beside it (the
+ * durable scenario's system, given as `besideFile`): file storage is compared round by round
+ * with what workpull did in the same minute, not with a median measured minutes earlier. Both
+ * are CPU-bound on this machine, and workpull's durable rate drifts more than a median of three
+ * rounds smooths: two runs of the durable scenario minutes apart on 2026-12-03 gave medians of
+ * 85,313 and 52,860 jobs/s (raw KV at 100 jobs per commit: 65,484 and 60,899).
+ *
  * @module
  */
 
@@ -78,6 +85,11 @@ export type NatsPeerResult =
     readonly file: NatsSeries;
     /** Per round: acks counted by the workers (each must equal `jobs`). */
     readonly acked: { readonly memory: number[]; readonly file: number[] };
+    /**
+     * workpull on a Deno KV file, one round beside each file round (run from Deno), and per round
+     * its rate / that file round's.
+     */
+    readonly besideFile?: NatsSeries & { readonly ratios: number[] };
   };
 
 function which(command: string): string | undefined {
@@ -152,6 +164,11 @@ export async function natsPeer(options: {
   jobs: number;
   rounds: number;
   log: (line: string) => void;
+  /**
+   * One round of workpull on a Deno KV file with `jobs` jobs (jobs/s), run beside each file
+   * round, right after it or (every other round) right before it; warmed up once first.
+   */
+  besideFile?: (jobs: number) => Promise<number>;
 }): Promise<NatsPeerResult> {
   const binary = natsServerBinary();
   const node = which("node");
@@ -167,10 +184,18 @@ export async function natsPeer(options: {
   try {
     const samples: Record<NatsStorage, number[]> = { memory: [], file: [] };
     const acked: Record<NatsStorage, number[]> = { memory: [], file: [] };
+    const beside: number[] = [];
     await natsRound(node, server, "warmup", "memory", Math.min(5000, options.jobs));
+    await options.besideFile?.(Math.round(options.jobs / 4));
     for (let i = 0; i < options.rounds; i++) {
-      const order: NatsStorage[] = i % 2 === 0 ? ["memory", "file"] : ["file", "memory"];
+      const order: (NatsStorage | "beside")[] = i % 2 === 0
+        ? ["memory", "file", "beside"]
+        : ["beside", "file", "memory"];
       for (const storage of order) {
+        if (storage === "beside") {
+          if (options.besideFile) beside.push(await options.besideFile(options.jobs));
+          continue;
+        }
         const result = await natsRound(
           node,
           server,
@@ -184,7 +209,9 @@ export async function natsPeer(options: {
       options.log(
         `  round ${i + 1}/${options.rounds}: memory ${fmt(samples.memory.at(-1)!)}, file ${
           fmt(samples.file.at(-1)!)
-        } jobs/s (4 worker processes, every job acked once)`,
+        } jobs/s (4 worker processes, every job acked once)${
+          options.besideFile ? `; workpull on a KV file beside it ${fmt(beside.at(-1)!)}` : ""
+        }`,
       );
     }
     const series = (values: number[]): NatsSeries => ({
@@ -206,6 +233,14 @@ export async function natsPeer(options: {
       memory: series(samples.memory),
       file: series(samples.file),
       acked,
+      ...(options.besideFile
+        ? {
+          besideFile: {
+            ...series(beside),
+            ratios: beside.map((rate, i) => round(rate / samples.file[i], 3)),
+          },
+        }
+        : {}),
     };
   } finally {
     await server.stop();

@@ -75,27 +75,49 @@ test("hasRepeats finds a repeated key, also among colliding hashes", () => {
   }
 });
 
-test("RecentMap keeps the newest entries, also when keys are set again", () => {
-  const random = prng(5);
-  const recent = new RecentMap<string, number>(100);
-  const lastSets: string[] = []; // the last 100 sets, oldest first
+/** Random sets, gets and deletes on a RecentMap of `capacity`, checked against a model. */
+function compareRecent(seed: number, capacity: number, hashOf: (key: string) => number) {
+  const random = prng(seed);
+  const recent = new RecentMap<string, number>(capacity);
+  const lastSets: string[] = []; // the last `capacity` sets, oldest first
   const latest = new Map<string, number>(); // each key's value, until it is deleted
   for (let step = 0; step < 20_000; step++) {
     const key = `m${Math.floor(random() * 400)}`;
     if (random() < 0.1) {
-      recent.delete(key);
+      assert.equal(recent.delete(key, hashOf(key)), lastSets.includes(key) && latest.has(key));
       latest.delete(key);
       continue;
     }
-    recent.set(key, step);
+    recent.set(key, step, hashOf(key));
     lastSets.push(key);
-    if (lastSets.length > 100) lastSets.shift();
+    if (lastSets.length > capacity) lastSets.shift();
     latest.set(key, step);
-    // Remembered: a key set among the last 100 sets and not deleted since.
+    // Remembered: a key set among the last `capacity` sets and not deleted since.
     for (const probe of [key, `m${Math.floor(random() * 400)}`]) {
       const expected = lastSets.includes(probe) ? latest.get(probe) : undefined;
-      assert.equal(recent.get(probe), expected, `${probe} at ${step}`);
+      assert.equal(recent.get(probe, hashOf(probe)), expected, `${probe} at ${step}`);
+      assert.equal(recent.has(probe, hashOf(probe)), expected !== undefined);
     }
   }
-  assert.equal(recent.size, new Set(lastSets.filter((key) => latest.has(key))).size);
+  const remembered = lastSets.filter((key, i) =>
+    latest.has(key) && lastSets.indexOf(key, i + 1) < 0
+  );
+  assert.equal(recent.size, remembered.length);
+  assert.deepEqual([...recent].map(([key]) => key), remembered, "oldest first");
+}
+
+test("RecentMap keeps the newest entries, also when keys are set again", () => {
+  compareRecent(5, 100, hashId);
+  compareRecent(6, 1, hashId);
+  const empty = new RecentMap<string, number>(0);
+  empty.set("a", 1);
+  assert.equal(empty.size, 0);
+  assert.equal(empty.get("a"), undefined);
+});
+
+test("colliding keys move a RecentMap's index onto a native map, and every answer stays right", () => {
+  // 300 of 400 keys remembered, all with one hash: a probe passes MAX_PROBE.
+  compareRecent(9, 300, () => 12345);
+  // Few colliding keys stay on the map's own index.
+  compareRecent(10, MAX_PROBE / 2, () => -1);
 });

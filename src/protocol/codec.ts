@@ -173,29 +173,22 @@ export function encodeJobsFrame(
   jobs: readonly EncodedJob[],
   withTries = false,
 ): string {
-  // One join of an array sized in advance instead of a chain of concatenations: the frame is
-  // built once, and a MessageID that needs no escaping is spliced as it is.
+  // Concatenated: the engine keeps a rope and flattens it once, when the frame is sent. Frames of
+  // 50 jobs, built and flattened, took 77-82 ns a job on Deno against 93-99 when joined from an
+  // array of the parts (Bun and Node: no slower). A MessageID needing no escaping goes in as is.
   if (withTries) return encodeWithTries(session, seq, jobs);
-  const parts: string[] = new Array(jobs.length * 5 + 2);
-  parts[0] = `{"type":"jobs","session":${JSON.stringify(session)},"seq":${seq},"jobs":[`;
-  let at = 1;
+  let text = `{"type":"jobs","session":${JSON.stringify(session)},"seq":${seq},"jobs":[`;
   for (let i = 0; i < jobs.length; i++) {
     const job = jobs[i];
     const id = job.messageId;
     if (NEEDS_ESCAPE.test(id)) {
-      parts[at++] = i === 0 ? '{"id":' : ',{"id":';
-      parts[at++] = JSON.stringify(id);
-      parts[at++] = ',"payload":';
+      text += (i === 0 ? '{"id":' : ',{"id":') + JSON.stringify(id) + ',"payload":' + job.payload +
+        "}";
     } else {
-      parts[at++] = i === 0 ? '{"id":"' : ',{"id":"';
-      parts[at++] = id;
-      parts[at++] = '","payload":';
+      text += (i === 0 ? '{"id":"' : ',{"id":"') + id + '","payload":' + job.payload + "}";
     }
-    parts[at++] = job.payload;
-    parts[at++] = "}";
   }
-  parts[at] = "]}";
-  return parts.join("");
+  return text + "]}";
 }
 
 function encodeWithTries(session: string, seq: number, jobs: readonly EncodedJob[]): string {

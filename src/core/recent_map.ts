@@ -8,7 +8,8 @@
  * that has it already.
  *
  * The index from key to ring slot is one `Int32Array` of (hash, ring slot + 1) pairs, open
- * addressing with linear probing at a load of at most 1/2, sized once for `capacity`. A probe reads
+ * addressing with linear probing at a load of at most 1/2, grown (rebuilt from the ring) as the
+ * entries come, so that a large window costs memory only once it fills. A probe reads
  * one pair (one cache line) per step and compares a key string only when the hashes match; an
  * eviction finds its entry by ring slot and compares no string at all. The controller sets an
  * entry for every job it completes in a window of 10,000: with a general `IdTable` (three arrays,
@@ -21,6 +22,9 @@
  */
 
 import { hashId, MAX_PROBE } from "./id_table.ts";
+
+/** The index's first size, in pairs; it doubles whenever it is half full. */
+const MIN_PAIRS = 16;
 
 /**
  * A bounded first-in-first-out map.
@@ -42,8 +46,8 @@ export class RecentMap<K extends string, V> {
   readonly #ringValues: (V | undefined)[];
   readonly #ringHashes: Int32Array;
   /** Pairs (hash, ring slot + 1); a pair with ring slot + 1 = 0 is free. */
-  #index: Int32Array;
-  readonly #mask: number;
+  #index = new Int32Array(2 * MIN_PAIRS);
+  #mask = MIN_PAIRS - 1;
   /** Set once a probe ran too long: from then on the index is this map (key → ring slot). */
   #map: Map<K, number> | undefined;
   #size = 0;
@@ -51,13 +55,9 @@ export class RecentMap<K extends string, V> {
 
   /** Creates a map holding at most `capacity` entries (0 keeps nothing). */
   constructor(readonly capacity: number) {
-    this.#ring = new Array(capacity).fill(undefined);
-    this.#ringValues = new Array(capacity).fill(undefined);
+    this.#ring = new Array(capacity);
+    this.#ringValues = new Array(capacity);
     this.#ringHashes = new Int32Array(capacity);
-    let pairs = 16;
-    while (pairs < capacity * 2) pairs *= 2;
-    this.#index = new Int32Array(capacity === 0 ? 0 : pairs * 2);
-    this.#mask = pairs - 1;
   }
 
   /** The number of entries. */
@@ -100,13 +100,11 @@ export class RecentMap<K extends string, V> {
       this.#map.set(key, slot);
       return;
     }
-    // The probe that found no `key` ran within MAX_PROBE: the free pair is that close.
-    const index = this.#index;
-    const mask = this.#mask;
-    let at = hash & mask;
-    while (index[2 * at + 1] !== 0) at = (at + 1) & mask;
-    index[2 * at] = hash;
-    index[2 * at + 1] = slot + 1;
+    if (this.#size * 2 > this.#mask + 1) {
+      this.#rebuild(2 * (this.#mask + 1)); // places this entry too
+      return;
+    }
+    this.#place(hash, slot);
   }
 
   /** The entries, oldest first. */
@@ -163,6 +161,25 @@ export class RecentMap<K extends string, V> {
     }
     index[2 * at] = 0;
     index[2 * at + 1] = 0;
+  }
+
+  /** Put ring slot `slot`'s pair in the index (which has a free pair). */
+  #place(hash: number, slot: number): void {
+    const index = this.#index;
+    const mask = this.#mask;
+    let at = hash & mask;
+    while (index[2 * at + 1] !== 0) at = (at + 1) & mask;
+    index[2 * at] = hash;
+    index[2 * at + 1] = slot + 1;
+  }
+
+  /** A new index of `pairs` pairs (a power of two) with every remembered slot in it. */
+  #rebuild(pairs: number): void {
+    this.#index = new Int32Array(2 * pairs);
+    this.#mask = pairs - 1;
+    for (let slot = 0; slot < this.capacity; slot++) {
+      if (this.#ring[slot] !== undefined) this.#place(this.#ringHashes[slot], slot);
+    }
   }
 
   /** Give up on the index's hashing: map every remembered key to its ring slot natively. */

@@ -627,3 +627,63 @@ test("a SIGKILL excuses a held confirmation only while the worker was not seen r
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+/**
+ * A stop, then its instance's stop (found in a 3-instance soak): w1 (pid 501) finishes j1 from i1
+ * (pid 401, session s1) at 1,010 and is SIGSTOPped at 1,016, still holding the confirmation (within
+ * the ack delay). i1 is SIGSTOPped at 2,000; i2 (pid 402) takes i1's jobs over at 4,850 and w2 runs
+ * j1 again at 4,900. i1 gets SIGCONT at 9,000, unbinds the silent w1 at 9,002 and exits fenced;
+ * w1 gets SIGCONT at 10,000. The worker's stop took j1 away only at the unbinding, after the rerun;
+ * the instance stop took it away at 2,000: the rerun is that stop's, not avoidable.
+ */
+function writeStopThenInstanceStopStory(j: Journals): void {
+  startSharedStory(j, 2, 1);
+  j.run("w1", 501, "w1", "b1", 1, 1000, 1010);
+  j.soak({ ev: "fault", kind: "worker-stop", target: "w1", pid: 501, t: 1016, ms: 8984 });
+  j.soak({ ev: "fault", kind: "instance-stop", target: "i1", pid: 401, t: 2000, ms: 7000 });
+  j.controller(402, { ev: "takeover", of: "id1", jobs: 1, expiredAt: 4800, t: 4850 });
+  j.run("w2", 502, "w2", "b1", 1, 4900, 4910);
+  j.soak({ ev: "cont", name: "i1", pid: 401, t: 9000 });
+  j.controller(401, {
+    ev: "unbound",
+    session: "s1",
+    ep: "w1",
+    binding: "b1",
+    reason: "silent",
+    requeued: 1,
+    t: 9002,
+  });
+  j.soak({
+    ev: "exit",
+    role: "controller",
+    name: "i1",
+    pid: 401,
+    code: 4,
+    signal: null,
+    expected: true,
+    t: 9010,
+  });
+  j.soak({ ev: "cont", name: "w1", pid: 501, t: 10_000 });
+  j.worker("w1", 501, { ev: "sent", ep: "w1", c: 1, t: 10_001 });
+}
+
+test("a confirmation held at a stop is lost to a later instance stop that took the job first", () => {
+  const dir = mkdtempSync(join(tmpdir(), "workpull-soak-verify-"));
+  try {
+    const journals = new Journals(dir);
+    writeStopThenInstanceStopStory(journals);
+    const summary = verifyShared(journals, 2);
+    assert.equal(summary.lost, 0);
+    const { byFault, ...causes } = summary.duplicates;
+    assert.deepEqual(causes, {
+      total: 1,
+      running: 0,
+      "ack-delay": 1, // j1: w1 was stopped 6 ms after finishing it, then i1 was stopped
+      "unconfirmed-at-controller-kill": 0,
+      avoidable: 0,
+    });
+    assert.deepEqual(byFault, { "instance-stop": 1 });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

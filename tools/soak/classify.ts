@@ -5,7 +5,8 @@
  * A job's runs are taken in the order they started; every run after the first is a duplicate.
  * A duplicate is **excused** when an earlier run of the same job (not already used to excuse
  * another) lost its confirmation to a fault F that took the job away before the duplicate
- * started. A run loses its confirmation to F when one of these holds (the earliest F decides):
+ * started. A run loses its confirmation to F when one of these holds (the F that took the job away
+ * first decides):
  *
  * **running** — the handler was running when F hit its worker: it started before F and had not
  * finished by then; or it started after F but before its endpoint could know, that is before the
@@ -243,7 +244,11 @@ export class Classifier {
       // the binding ended: then the confirmation waited for a durable write, binding or not.
       const taken = cause === "unconfirmed-at-controller-kill" && this.#keptPastUnbinding(run);
       if (fault.t > detached + S && !taken) return;
-      if (!best || fault.t < best.fault.t) best = { cause, fault, at, beforeNotice };
+      // The fault that took the job away first decides: a stop's job goes only when the
+      // controller unbinds the worker, which may be after a later fault took it elsewhere.
+      if (!best || at < best.at || (at === best.at && fault.t < best.fault.t)) {
+        best = { cause, fault, at, beforeNotice };
+      }
     };
     /**
      * Fault `fault` hit this run's worker at `t` and took the job from it at `at`. A worker

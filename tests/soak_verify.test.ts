@@ -99,6 +99,19 @@ class Journals {
   exit(role: string, name: string, pid: number, t: number) {
     this.soak({ ev: "exit", role, name, pid, code: null, signal: "SIGKILL", expected: true, t });
   }
+  /** An instance found itself fenced after its SIGCONT and exited with code 4, as expected. */
+  fencedExit(name: string, pid: number, t: number) {
+    this.soak({
+      ev: "exit",
+      role: "controller",
+      name,
+      pid,
+      code: 4,
+      signal: null,
+      expected: true,
+      t,
+    });
+  }
 }
 
 /**
@@ -399,16 +412,7 @@ function writeSharedStory(j: Journals): void {
   j.run("w2", 502, "w2", "b1", 4, 13_320, 13_330);
   j.soak({ ev: "cont", name: "i1", pid: 401, t: 15_000 });
   j.controller(401, { ev: "fenced", t: 15_002 });
-  j.soak({
-    ev: "exit",
-    role: "controller",
-    name: "i1",
-    pid: 401,
-    code: 4,
-    signal: null,
-    expected: true,
-    t: 15_010,
-  });
+  j.fencedExit("i1", 401, 15_010);
 
   j.run("w2", 502, "w2", "b1", 5, 19_990);
   j.soak({ ev: "fault", kind: "instance-kill", target: "i2", pid: 402, t: 20_000 });
@@ -547,16 +551,7 @@ function writeBothStoppedStory(j: Journals): void {
   j.soak({ ev: "cont", name: "w1", pid: 501, t: 5000 });
   j.run("w1", 501, "w1", "b1", 1, 5020, 5030);
   j.soak({ ev: "cont", name: "i1", pid: 401, t: 6000 });
-  j.soak({
-    ev: "exit",
-    role: "controller",
-    name: "i1",
-    pid: 401,
-    code: 4,
-    signal: null,
-    expected: true,
-    t: 6050,
-  });
+  j.fencedExit("i1", 401, 6050);
   j.worker("w1", 501, { ev: "disconnected", ep: "w1", code: 1006, t: 6060 });
 }
 
@@ -653,16 +648,7 @@ function writeStopThenInstanceStopStory(j: Journals): void {
     requeued: 1,
     t: 9002,
   });
-  j.soak({
-    ev: "exit",
-    role: "controller",
-    name: "i1",
-    pid: 401,
-    code: 4,
-    signal: null,
-    expected: true,
-    t: 9010,
-  });
+  j.fencedExit("i1", 401, 9010);
   j.soak({ ev: "cont", name: "w1", pid: 501, t: 10_000 });
   j.worker("w1", 501, { ev: "sent", ep: "w1", c: 1, t: 10_001 });
 }

@@ -23,6 +23,7 @@ import {
   x,
 } from "./report.ts";
 import { runtimeLabel } from "./runtime.ts";
+import { median } from "./stats.ts";
 
 /** workpull against one NATS storage type. */
 export interface NatsComparison {
@@ -40,13 +41,6 @@ export interface NatsComparison {
   readonly perRound: number[];
   /** Whether each NATS round has its own workpull round beside it (`perRound` pairs them). */
   readonly paired: boolean;
-}
-
-/** The median of `values` (not empty). */
-function medianOf(values: readonly number[]): number {
-  const sorted = values.toSorted((a, b) => a - b);
-  const middle = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
 }
 
 /** The lowest workpull in-memory throughput of the run, and where it was measured. */
@@ -93,7 +87,7 @@ export function natsComparisons(results: Results): NatsComparison[] {
       measure: `${fileMeasure} (a round of each side by side)`,
       workpull: beside.median,
       peer: `${peer}: ${n0(nats.file.median)} jobs/s`,
-      ratio: x(medianOf(beside.ratios)),
+      ratio: x(median(beside.ratios)),
       perRound: beside.ratios,
       paired: true,
     }
@@ -138,7 +132,7 @@ export function performanceTargets(results: Results): Target[] {
   }
   const durable = results.runtimes.deno?.durable;
   if (durable?.ratios) {
-    const ratio = medianOf(durable.ratios.endToEnd);
+    const ratio = median(durable.ratios.endToEnd);
     add(
       "Durable (Deno KV file, in-process producer) >= 0.9x raw KV at 100 jobs per commit",
       `${x(ratio)} (${n0(durable.endToEnd.median)} vs ${
@@ -162,7 +156,7 @@ export function performanceTargets(results: Results): Target[] {
     }
     const beside = nats.besideFile;
     if (beside && beside.ratios.length > 0) {
-      const ratio = medianOf(beside.ratios);
+      const ratio = median(beside.ratios);
       add(
         "Durable on a Deno KV file >= 2x NATS JetStream, file storage",
         `${x(ratio)} (rounds side by side: workpull ${beside.samples.map(n0).join(", ")}, NATS ${

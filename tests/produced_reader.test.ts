@@ -8,6 +8,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as v from "valibot";
 import { readProduced } from "../src/controller/produced_reader.ts";
+import { EncodedBatch, encodedBatch } from "../src/protocol/encoded_batch.ts";
 import { ProducedSchema } from "../src/protocol/schemas.ts";
 import { ODD_VALUES } from "./support/odd_values.ts";
 import { prng } from "./support/waiting.ts";
@@ -77,4 +78,68 @@ test("readProduced reads each field once: later changes to the message change no
   assert.ok(read.ok);
   assert.deepEqual(read.ids, ["a"]);
   assert.equal(read.tries?.[0]?.attempt, 2);
+});
+
+test("an EncodedBatch is read as its columns, its payloads already JSON text", () => {
+  const batch = encodedBatch("s", "t", ["a", "b"], ['{"n":1}', '"x"']);
+  const read = readProduced(batch);
+  assert.ok(read.ok);
+  assert.equal(read.encoded, true);
+  assert.deepEqual(read.ids, ["a", "b"]);
+  assert.deepEqual(read.payloads, ['{"n":1}', '"x"']);
+  assert.equal(read.tries, undefined);
+  // A plain message's payloads are values, not texts.
+  const plain = readProduced({
+    session: "s",
+    token: "t",
+    jobs: [{ messageId: "a", payload: "x" }],
+  });
+  assert.ok(plain.ok);
+  assert.equal(plain.encoded, false);
+});
+
+test("an EncodedBatch is an ordinary batch Produced to anyone else, also as JSON", () => {
+  const batch = encodedBatch("s", "t", ["a", "b"], ['{"n":1}', "[2]"]);
+  const parsed = v.safeParse(ProducedSchema, batch.toJSON());
+  assert.ok(parsed.success);
+  assert.deepEqual(
+    JSON.parse(JSON.stringify(batch)),
+    {
+      session: "s",
+      token: "t",
+      jobs: [{ messageId: "a", payload: { n: 1 } }, {
+        messageId: "b",
+        payload: [2],
+      }],
+    },
+  );
+  assert.ok("jobs" in batch);
+  assert.equal(batch.jobs, batch.jobs, "made once");
+  // Copied by a port that forwards it elsewhere, it reads as the same jobs.
+  for (const copy of [JSON.parse(JSON.stringify(batch)), structuredClone(batch), { ...batch }]) {
+    const forwarded = readProduced(copy);
+    assert.ok(forwarded.ok);
+    assert.equal(forwarded.encoded, false);
+    assert.deepEqual(forwarded.ids, ["a", "b"]);
+    assert.deepEqual(forwarded.payloads, [{ n: 1 }, [2]]);
+  }
+});
+
+test("an EncodedBatch with a bad session, token or no jobs gets the schema's verdict", () => {
+  for (const batch of [encodedBatch("", "t", ["a"], ["1"]), encodedBatch("s", " ", ["a"], ["1"])]) {
+    const read = readProduced(batch);
+    const parsed = v.safeParse(ProducedSchema, batch.toJSON());
+    assert.equal(parsed.success, false);
+    assert.equal(read.ok, false);
+    assert.equal(!read.ok && read.message, !parsed.success && parsed.issues[0].message);
+  }
+  assert.equal(readProduced(encodedBatch("s", "t", [], [])).ok, false);
+});
+
+test("only the factory makes an EncodedBatch, with one text a MessageID", () => {
+  assert.throws(
+    () => new EncodedBatch(Symbol("EncodedBatch") as never, "s", "t", ["a"], ["1"]),
+    TypeError,
+  );
+  assert.throws(() => encodedBatch("s", "t", ["a", "b"], ["1"]), RangeError);
 });

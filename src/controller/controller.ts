@@ -1273,7 +1273,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
       return this.#fail("protocol", new TypeError(`invalid Produced: ${message.message}`));
     }
     if (message.session !== this.#session) return; // an earlier session's answer
-    const { ids, payloads, tries } = message;
+    const { ids, payloads, encoded, tries } = message;
     const handshake = this.#handshake;
     if (
       (handshake.phase === "store" || handshake.phase === "stored-ack" ||
@@ -1305,7 +1305,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     const maxPayloadBytes = this.#options.maxPayloadBytes;
     const texts: string[] = new Array(ids.length);
     for (let i = 0; i < ids.length; i++) {
-      const payload = encodePayload(payloads[i]);
+      const payload = encoded ? payloads[i] as string : encodePayload(payloads[i]);
       if (payload === undefined) {
         return this.#fail(
           "protocol",

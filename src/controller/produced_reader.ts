@@ -9,12 +9,17 @@
  * fast pass accepts only what the schema accepts; anything it is not sure of (the single-job
  * form, an unknown key, a bad value) goes through `ProducedSchema`, whose issue names the problem.
  *
+ * An `EncodedBatch` (what `BufferedProducer` answers with) is its columns already: the producer
+ * checked its MessageIDs and encoded its payloads, so only the session and the token are checked
+ * here, and its payloads are JSON texts (`encoded`).
+ *
  * The columns are read once: a producer changing its message afterwards changes nothing here.
  *
  * @module
  */
 
 import * as v from "valibot";
+import { EncodedBatch } from "../protocol/encoded_batch.ts";
 import { isId, isIntegerIn } from "../protocol/field_checks.ts";
 import { MAX_SEQ, ProducedSchema } from "../protocol/schemas.ts";
 
@@ -36,6 +41,8 @@ export type ProducedRead =
     readonly token: string;
     readonly ids: readonly string[];
     readonly payloads: readonly unknown[];
+    /** Whether every payload is JSON text already (an `EncodedBatch`'s), not a value. */
+    readonly encoded: boolean;
     /** By position; undefined when no job carries a try field. */
     readonly tries: readonly (ProducedTries | undefined)[] | undefined;
   }
@@ -54,7 +61,16 @@ export type ProducedRead =
  * ```
  */
 export function readProduced(raw: unknown): ProducedRead {
+  if (raw instanceof EncodedBatch) return readEncoded(raw);
   return readBatch(raw) ?? readWithSchema(raw);
+}
+
+/** A batch the producer checked and encoded: its columns as they are. */
+function readEncoded(batch: EncodedBatch): ProducedRead {
+  const { session, token, ids, texts } = batch;
+  // Anything odd gets the schema's verdict on the plain form.
+  if (!isId(session) || !isId(token) || ids.length === 0) return readWithSchema(batch.toJSON());
+  return { ok: true, session, token, ids, payloads: texts, encoded: true, tries: undefined };
 }
 
 /** The fast pass: a batch of plain jobs; undefined when unsure (the schema decides then). */
@@ -112,7 +128,7 @@ function readBatch(raw: unknown): ProducedRead | undefined {
     tries ??= new Array(count);
     tries[i] = { attempt, timeout, lost } as ProducedTries;
   }
-  return { ok: true, session, token, ids, payloads, tries };
+  return { ok: true, session, token, ids, payloads, encoded: false, tries };
 }
 
 /** The schema's verdict, for everything the fast pass left. */
@@ -128,6 +144,7 @@ function readWithSchema(raw: unknown): ProducedRead {
       token,
       ids: [message.messageId],
       payloads: [message.payload],
+      encoded: false,
       tries: undefined,
     };
   }
@@ -138,6 +155,7 @@ function readWithSchema(raw: unknown): ProducedRead {
     token,
     ids: jobs.map((job) => job.messageId),
     payloads: jobs.map((job) => job.payload),
+    encoded: false,
     tries: jobs.map(({ attempt, timeout, lost }) => ({ attempt, timeout, lost })),
   };
 }

@@ -17,7 +17,7 @@
 import { Deque } from "../core/deque.ts";
 import { integerOption, optionsObject } from "../core/options.ts";
 import { utf8Length } from "../core/utf8.ts";
-import { type JsonText, keptJsonText } from "../protocol/json_text.ts";
+import { type EncodedBatch, encodedBatch } from "../protocol/encoded_batch.ts";
 import type { ProducerEndpoint, ProducerPort } from "../controller/producer_contract.ts";
 import {
   type Accepted,
@@ -124,7 +124,8 @@ abstract class Item {
   constructor(
     /** Empty until the job is first produced, when a generated MessageID is made. */
     public messageId: string,
-    readonly payload: JsonText,
+    /** The payload's JSON text (from `JSON.stringify`). */
+    readonly text: string,
   ) {}
 
   /** The job is Stored: hand over its receipt. */
@@ -167,8 +168,8 @@ class SubmittedItem extends Item {
   readonly #reject: (error: unknown) => void;
 
   /** Made right after its receipt's promise, whose settle functions it takes. */
-  constructor(messageId: string, payload: JsonText) {
-    super(messageId, payload);
+  constructor(messageId: string, text: string) {
+    super(messageId, text);
     this.#resolve = settleReceipt!;
     this.#reject = rejectReceipt!;
     settleReceipt = rejectReceipt = undefined;
@@ -187,11 +188,11 @@ class SubmittedItem extends Item {
 class BatchItem extends Item {
   constructor(
     messageId: string,
-    payload: JsonText,
+    text: string,
     readonly batch: SubmittedBatch,
     readonly index: number,
   ) {
-    super(messageId, payload);
+    super(messageId, text);
   }
 
   settle(receipt: Receipt): void {
@@ -266,8 +267,8 @@ function receiptOf(waiting: Promise<Receipt> | BatchItem): Promise<Receipt> {
 
 /**
  * The jobs of one `submitMany()` call with generated MessageIDs that no answer has taken yet, as
- * their JSON texts alone: a waiting job costs its text (a third of an item with its `JsonText`),
- * and becomes a `BatchItem` when an answer takes it.
+ * their JSON texts alone: a waiting job costs its text, and becomes a `BatchItem` when an answer
+ * takes it.
  */
 class Segment {
   /** The batch index of the next job to take. */
@@ -333,7 +334,7 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
   #unstored = 0;
   readonly #confirmations = new Map<string, Deferred<DeliveryConfirmed>>();
   #grant: RequestNext | undefined;
-  #answered: (Batch & { readonly message: Parameters<ProducerPort["produced"]>[0] }) | undefined;
+  #answered: (Batch & { readonly message: EncodedBatch }) | undefined;
   #stored: Batch | undefined;
   #closed = false;
   /** An answer is queued for the end of the current synchronous run. */
@@ -382,7 +383,7 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
     if (port.deliveryConfirmation) this.#confirmationFor(messageId);
     const promise = new Promise<Receipt>(receiptExecutor);
     // The item takes the promise's settle functions.
-    const item = new SubmittedItem(messageId, keptJsonText(text));
+    const item = new SubmittedItem(messageId, text);
     if (named !== undefined) this.#waiting.set(messageId, promise);
     this.#unstored += 1;
     this.#buffer.pushBack(item);
@@ -460,7 +461,7 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
       }
       const messageId = named ?? (port.deliveryConfirmation ? crypto.randomUUID() : "");
       if (port.deliveryConfirmation) this.#confirmationFor(messageId);
-      const item = new BatchItem(messageId, keptJsonText(texts[i]), batch, i);
+      const item = new BatchItem(messageId, texts[i], batch, i);
       if (named !== undefined) this.#waiting.set(named, item);
       this.#buffer.pushBack(item);
       this.#unstored += 1;
@@ -625,19 +626,21 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
       const texts = head.texts;
       const end = Math.min(texts.length, head.next + limit - items.length);
       for (let i = head.next; i < end; i++) {
-        items.push(new BatchItem("", keptJsonText(texts[i]), head.batch, i));
+        items.push(new BatchItem("", texts[i], head.batch, i));
       }
       head.next = end;
       if (end === texts.length) this.#buffer.shift();
     }
-    const message = {
-      session: grant.session,
-      token: grant.token,
-      jobs: items.map((item) => {
-        if (item.messageId === "") item.messageId = crypto.randomUUID();
-        return { messageId: item.messageId, payload: item.payload };
-      }),
-    };
+    // Checked and encoded at submission: the answer carries the columns as they are.
+    const ids: string[] = new Array(items.length);
+    const texts: string[] = new Array(items.length);
+    for (let i = 0; i < items.length; i++) {
+      const item = items[i];
+      if (item.messageId === "") item.messageId = crypto.randomUUID();
+      ids[i] = item.messageId;
+      texts[i] = item.text;
+    }
+    const message = encodedBatch(grant.session, grant.token, ids, texts);
     this.#grant = undefined;
     this.#answered = { session: grant.session, token: grant.token, items, message };
     this.#port!.produced(message);

@@ -21,6 +21,9 @@ import { onCommand } from "./commands.ts";
 
 let rtt: number[] = [];
 let hold: number[] = [];
+/** Frames since the last report: jobs frames received, frames sent (requests, acks, others). */
+let jobsFrames = 0;
+let sent = 0;
 
 const Native = globalThis.WebSocket;
 
@@ -34,6 +37,7 @@ class TimedWebSocket extends Native {
       const data = (event as MessageEvent).data;
       if (typeof data !== "string" || !data.startsWith('{"type":"jobs"')) return;
       const at = performance.now();
+      jobsFrames += 1;
       if (this.#requestAt !== undefined) rtt.push(at - this.#requestAt);
       this.#requestAt = undefined;
       this.#jobsAt = at;
@@ -41,6 +45,7 @@ class TimedWebSocket extends Native {
   }
 
   override send(data: string | ArrayBufferLike | Blob | ArrayBufferView): void {
+    sent += 1;
     if (typeof data === "string" && data.startsWith('{"type":"request"')) {
       const at = performance.now();
       // A second request before any frame came is still waiting for the first one's answer.
@@ -56,7 +61,10 @@ globalThis.WebSocket = TimedWebSocket as typeof WebSocket;
 
 onCommand((command) => {
   if (command.cmd !== "round-trips") return;
-  process.stdout.write(`${JSON.stringify({ ev: "round-trips", rtt, hold })}\n`);
+  const report = { ev: "round-trips", rtt, hold, jobsFrames, sent };
+  process.stdout.write(`${JSON.stringify(report)}\n`);
   rtt = [];
   hold = [];
+  jobsFrames = 0;
+  sent = 0;
 });

@@ -51,7 +51,9 @@ const WINDOW = 100;
 process.env.WORKPULL_BENCH_ROUND_TRIPS = "1"; // the worker processes inherit it
 
 /** Every worker process's samples since its last report. */
-async function collect(children: readonly Child[]): Promise<{ rtt: number[]; hold: number[] }> {
+async function collect(
+  children: readonly Child[],
+): Promise<{ rtt: number[]; hold: number[]; jobsFrames: number; sent: number }> {
   const reports = await Promise.all(children.map((child) => {
     const report = child.next((r: Report) => r.ev === "round-trips", "round trips", 10_000);
     child.command({ cmd: "round-trips" });
@@ -60,6 +62,8 @@ async function collect(children: readonly Child[]): Promise<{ rtt: number[]; hol
   return {
     rtt: reports.flatMap((report) => report.rtt as number[]),
     hold: reports.flatMap((report) => report.hold as number[]),
+    jobsFrames: reports.reduce((sum, report) => sum + (report.jobsFrames as number), 0),
+    sent: reports.reduce((sum, report) => sum + (report.sent as number), 0),
   };
 }
 
@@ -82,13 +86,15 @@ async function round(name: string, setup: Setup, children: readonly Child[]): Pr
   const workers = (workersMs() - workers0) * 1000 / jobs;
   const machine1 = machineCpuTicks();
   const busy = (machine1.busy - machine0.busy) / (machine1.total - machine0.total);
-  const { rtt, hold } = await collect(children);
+  const { rtt, hold, jobsFrames, sent } = await collect(children);
   console.log(
     `  ${name.padEnd(13)} ${Math.round(rate).toLocaleString("en-US").padStart(9)} jobs/s; ` +
       `round trip ${spread(rtt)} ms (${rtt.length}); hold ${spread(hold)} ms; CPU µs/job ` +
       `server ${server.toFixed(2)}, workers ${workers.toFixed(2)}; machine ${
         Math.round(busy * 100)
-      } % busy`,
+      } % busy; jobs a frame ${(jobs / jobsFrames).toFixed(1)}, frames sent a job ${
+        (sent / jobs).toFixed(3)
+      }`,
   );
 }
 

@@ -37,6 +37,7 @@ import { JobPool } from "./job_pool.ts";
 import { hashId, hasRepeats, IdTable } from "../core/id_table.ts";
 import { RecentMap } from "../core/recent_map.ts";
 import { JsonText } from "../protocol/json_text.ts";
+import { StoredBatch } from "../protocol/stored_batch.ts";
 import { SafeEventTarget } from "../core/safe_event_target.ts";
 import {
   type DecodeFailure,
@@ -1372,13 +1373,13 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     const { known, ids, hashes, tries, texts } = handshake;
     const accept: Job[] = [];
     const unaccepted: string[] = [];
-    const storedJobs: { messageId: string; seq: number }[] = new Array(ids.length);
+    const seqs: number[] = new Array(ids.length);
     let next = 0;
     for (let i = 0; i < ids.length; i++) {
       const messageId = ids[i];
       const held = known?.[i];
       if (held) {
-        storedJobs[i] = { messageId, seq: held.seq };
+        seqs[i] = held.seq;
         continue;
       }
       let seq: number;
@@ -1398,9 +1399,9 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
       accept.push(
         newJob(messageId, seq, payload, tried?.attempt, tried?.timeout, tried?.lost, hashes[i]),
       );
-      storedJobs[i] = { messageId, seq };
+      seqs[i] = seq;
     }
-    const stored: Stored = { session: this.#session, token: handshake.token, jobs: storedJobs };
+    const stored = new StoredBatch(this.#session, handshake.token, ids, seqs);
     this.#handshake = {
       phase: "stored-ack",
       token: handshake.token,

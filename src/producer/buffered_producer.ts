@@ -18,6 +18,7 @@ import { Deque } from "../core/deque.ts";
 import { integerOption, optionsObject } from "../core/options.ts";
 import { utf8Length } from "../core/utf8.ts";
 import { type EncodedBatch, encodedBatch } from "../protocol/encoded_batch.ts";
+import { StoredBatch } from "../protocol/stored_batch.ts";
 import type { ProducerEndpoint, ProducerPort } from "../controller/producer_contract.ts";
 import {
   type Accepted,
@@ -553,9 +554,13 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
   onStored(stored: Stored): void {
     const answered = this.#answered;
     if (answered && answered.session === stored.session && answered.token === stored.token) {
-      const jobs = stored.jobs;
-      for (let i = 0; i < jobs.length; i++) {
-        const { messageId, seq } = jobs[i];
+      // The controller's own `Stored` by column; any other `Stored` by its jobs.
+      const columns = stored instanceof StoredBatch ? stored : undefined;
+      const jobs = columns ? undefined : stored.jobs;
+      const count = columns ? columns.ids.length : jobs!.length;
+      for (let i = 0; i < count; i++) {
+        const messageId = columns ? columns.ids[i] : jobs![i].messageId;
+        const seq = columns ? columns.seqs[i] : jobs![i].seq;
         const item = answered.items[i];
         if (item.messageId !== messageId) continue;
         if (item.stored) continue; // a resubmission after a restart: the receipt was given already

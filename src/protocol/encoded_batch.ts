@@ -44,6 +44,9 @@ export function encodedBatch(
   return new EncodedBatch(fromProducer, session, token, ids, texts);
 }
 
+/** The descriptor of every batch's own `jobs` (set in the class, which reads its fields). */
+let JOBS: PropertyDescriptor;
+
 /**
  * The jobs of a grant, checked and encoded by the producer, by column.
  *
@@ -81,8 +84,9 @@ export class EncodedBatch {
     this.token = grantToken;
     this.#ids = ids;
     this.#texts = texts;
-    // Own and enumerable, unlike a class getter, so that copies of the batch carry its jobs.
-    Object.defineProperty(this, "jobs", { enumerable: true, get: () => this.#plainJobs() });
+    // Own and enumerable, unlike a class getter, so that copies of the batch carry its jobs. One
+    // getter for every batch: with a closure each, controller_cpu ran a quarter slower on Deno.
+    Object.defineProperty(this, "jobs", JOBS);
   }
 
   /** The MessageIDs, in order. */
@@ -106,5 +110,14 @@ export class EncodedBatch {
   /** The plain `Produced` form. */
   toJSON(): { session: string; token: string; jobs: readonly ProducedJob[] } {
     return { session: this.session, token: this.token, jobs: this.jobs };
+  }
+
+  static {
+    JOBS = {
+      enumerable: true,
+      get(this: EncodedBatch) {
+        return this.#plainJobs();
+      },
+    };
   }
 }

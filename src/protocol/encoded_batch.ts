@@ -22,9 +22,9 @@ const fromProducer = Symbol("EncodedBatch");
 
 /**
  * Make an {@linkcode EncodedBatch}. The caller vouches that every id is a valid MessageID (a
- * non-blank string of at most `MAX_ID_LENGTH` units), that the ids are distinct, that every
- * text came from `JSON.stringify`, and that it changes neither array afterwards. Not exported
- * from `mod.ts`.
+ * non-blank string of at most `MAX_ID_LENGTH` units), that every text came from
+ * `JSON.stringify`, and that it changes neither array afterwards (the controller still refuses
+ * a batch that repeats a MessageID). Not exported from `mod.ts`.
  *
  * @example
  * ```ts

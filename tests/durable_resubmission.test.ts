@@ -3,18 +3,24 @@
  * marked it when the process died), confirmed by a worker while the resubmission's handshake is
  * in flight: it must run once and the controller must keep running. In-process and
  * deterministic; `durable_crash.test.ts` shows the same with real processes ("accepted" point).
+ * And a `BufferedProducer` job resubmitted after its receipt, before it was accepted, when the
+ * session changes.
  */
 
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import {
+  BufferedProducer,
+  connectInProcess,
   MemoryWorkQueue,
   type ReliableDeliveryFailedEvent,
   type Stored,
+  WorkerEndpoint,
   WorkPullingController,
 } from "../mod.ts";
 import { SimulatedClock } from "../testing.ts";
 import { ManualProducer, quiesce, ScriptedWorker } from "./support/harness.ts";
+import { waitFor, within } from "./support/waiting.ts";
 
 async function settle(): Promise<void> {
   for (let i = 0; i < 5; i++) await quiesce();
@@ -81,5 +87,38 @@ describe("a reloaded job that the producer also resubmits", () => {
     assert.deepEqual(s.failures.map((f) => [f.stage, (f.error as Error).name]), []);
     assert.equal(s.queue.size, 0);
     await s.controller.close();
+  });
+});
+
+describe("a job resubmitted after its receipt while a new session starts", () => {
+  // Stored, not yet accepted, when the session changes: BufferedProducer sends it again first,
+  // and the resubmission waits behind it. One answer with both repeated its MessageID, and the
+  // controller failed ("Produced repeats a MessageID"), again after every respawn.
+  test("the controller keeps running, the receipt names the job's sequence, it runs once", async () => {
+    const queue = new MemoryWorkQueue();
+    const producer = new BufferedProducer<string>();
+    const controller = new WorkPullingController({ name: "p", producer, queue });
+    const failures: ReliableDeliveryFailedEvent[] = [];
+    controller.addEventListener("delivery-failed", (event) => failures.push(event));
+    await controller.start();
+    const ran: string[] = [];
+    connectInProcess(
+      controller,
+      new WorkerEndpoint<string>({
+        producer: "p",
+        name: "w",
+        handler: (delivery) => void ran.push(`${delivery.messageId}:${delivery.payload}`),
+      }),
+    );
+    const first = await producer.submit("a", { messageId: "x" });
+    const again = producer.submit("b", { messageId: "x" });
+    await controller.respawn(); // a durable failure's restart changes the session the same way
+    assert.equal((await within(again, "the resubmission's receipt")).seq, first.seq);
+    await waitFor(() => controller.stats().totals.confirmed >= 1, "x confirmed");
+    assert.deepEqual(failures.map((f) => [f.stage, (f.error as Error).message]), []);
+    assert.equal(controller.state, "running");
+    assert.deepEqual(ran, ["x:a"], "run once, as first submitted");
+    assert.equal(controller.stats().pending, 0);
+    await controller.close();
   });
 });

@@ -622,9 +622,19 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
     if (!grant || this.#buffer.length === 0 || this.#closed) return;
     const items: Item[] = [];
     const limit = Math.min(grant.maxJobs, this.#maxBatch);
+    /** The MessageIDs of this answer's items that had one before it (generated ones are new). */
+    let named: Set<string> | undefined;
     while (items.length < limit && this.#buffer.length > 0) {
       const head = this.#buffer.peek()!;
       if (!(head instanceof Segment)) {
+        // A resubmission made after its job was Stored, waiting behind that job when a new
+        // session sends the job again: it goes in the next answer, where the controller knows
+        // the job (a Produced must not repeat a MessageID).
+        if (head.messageId !== "") {
+          named ??= new Set();
+          if (named.has(head.messageId)) break;
+          named.add(head.messageId);
+        }
         items.push(this.#buffer.shift() as Item);
         continue;
       }

@@ -149,6 +149,8 @@ export class WorkpullSetup implements Setup {
       workerRuntime?: Runtime;
       /** How `run` submits: `submitMany` calls (default) or one `submit()` a job. */
       submit?: "many" | "each";
+      /** Called with the controller before any worker connects (a tool's probe wraps it). */
+      onController?: (controller: WorkPullingController) => void;
     },
   ): Promise<WorkpullSetup> {
     const producer = new BufferedProducer<Record<string, unknown>>(
@@ -159,6 +161,7 @@ export class WorkpullSetup implements Setup {
       producer,
       ...options.controller,
     });
+    options.onController?.(controller);
     await controller.start();
     const server = await serveWorkpull(controller, producer);
     const workers: Child[] = [];

@@ -8,6 +8,10 @@
  * beside how busy the whole machine was (Linux `/proc`). At a window of 100 topped up at half, a
  * socket has two frames of 50 on the way, so a socket's rate is at most about 100 jobs per round
  * trip; the CPU figures show which process spends the time the round trips wait for.
+ * For workpull it also times the controller's side (wrapping the links it is given): its service
+ * time, from a top-up `request` handed to it to the next `jobs` frame it sends on that link (what
+ * it does for a request: confirm, take the producer's next batch, dispatch, encode), and the gap
+ * between one frame's handling and the next frame's arrival (a gap near zero: frames queued).
  * Both run 1,000,000 jobs (`WARMUP_JOBS`) unmeasured first, alternating: workpull is still
  * speeding up before that.
  *
@@ -26,6 +30,7 @@ import { machineCpuTicks, MS_PER_TICK, processCpuTicks } from "../lib/machine_lo
 import type { Child, Report } from "../lib/proc.ts";
 import { runtimeVersion } from "../lib/runtime.ts";
 import { type Setup, warmUp, WorkpullSetup } from "../lib/setups.ts";
+import type { Link, LinkIdentity, LinkReceiver, WorkPullingController } from "../../mod.ts";
 import { distribution } from "../lib/stats.ts";
 
 const { positionals } = commandLine({
@@ -77,6 +82,9 @@ const cpuMs = (pid: number | "self") => processCpuTicks(pid) * MS_PER_TICK;
 
 async function round(name: string, setup: Setup, children: readonly Child[]): Promise<void> {
   await collect(children); // drop what came before this round
+  probe.service = [];
+  probe.gaps = [];
+  probe.last = 0;
   const workersMs = () => children.reduce((sum, child) => sum + cpuMs(child.pid), 0);
   const server0 = cpuMs("self");
   const workers0 = workersMs();
@@ -87,6 +95,10 @@ async function round(name: string, setup: Setup, children: readonly Child[]): Pr
   const machine1 = machineCpuTicks();
   const busy = (machine1.busy - machine0.busy) / (machine1.total - machine0.total);
   const { rtt, hold, jobsFrames, sent } = await collect(children);
+  const { service, gaps } = probe;
+  probe.service = [];
+  probe.gaps = [];
+  probe.last = 0;
   console.log(
     `  ${name.padEnd(13)} ${Math.round(rate).toLocaleString("en-US").padStart(9)} jobs/s; ` +
       `round trip ${spread(rtt)} ms (${rtt.length}); hold ${spread(hold)} ms; CPU µs/job ` +
@@ -96,13 +108,62 @@ async function round(name: string, setup: Setup, children: readonly Child[]): Pr
         (sent / jobs).toFixed(3)
       }`,
   );
+  if (setup === workpull) {
+    const micros = (samples: number[]) => {
+      const { p50, p90, p99 } = distribution(samples.map((ms) => ms * 1000));
+      return `${p50.toFixed(0)} / ${p90.toFixed(0)} / ${p99.toFixed(0)} µs`;
+    };
+    console.log(
+      `  ${"".padEnd(13)} controller: request → jobs sent ${
+        micros(service)
+      } (${service.length}); ` +
+        `gap before the next frame ${micros(gaps)}`,
+    );
+  }
 }
 
 console.log(
   `round trips on ${runtimeVersion()}, ${topology.processes}×${topology.perProcess}, ` +
     `window ${WINDOW}, ${jobs.toLocaleString("en-US")} jobs a round (p50 / p90 / p99)`,
 );
-const workpull = await WorkpullSetup.start(topology, { window: WINDOW });
+const probe = { service: [] as number[], gaps: [] as number[], last: 0 };
+/** Time the controller's handling of each link's frames (see the module's prose). */
+function probeController(controller: WorkPullingController): void {
+  const attach = controller.attach.bind(controller);
+  controller.attach = (link: Link, identity?: LinkIdentity): LinkReceiver => {
+    let requestAt = 0;
+    const timed: Link = {
+      runtime: link.runtime,
+      send(frame) {
+        if (requestAt !== 0 && frame.startsWith('{"type":"jobs"')) {
+          probe.service.push(performance.now() - requestAt);
+          requestAt = 0;
+        }
+        link.send(frame);
+      },
+      close: (code, reason) => link.close(code, reason),
+    };
+    const receiver = attach(timed, identity);
+    return {
+      receive(frame) {
+        const at = performance.now();
+        if (probe.last !== 0) probe.gaps.push(at - probe.last);
+        if (requestAt === 0 && typeof frame === "string" && frame.startsWith('{"type":"request"')) {
+          requestAt = at;
+        }
+        receiver.receive(frame);
+        probe.last = performance.now();
+      },
+      closed: (code, reason) => receiver.closed(code, reason),
+      refuse: receiver.refuse?.bind(receiver),
+    };
+  };
+}
+
+const workpull = await WorkpullSetup.start(topology, {
+  window: WINDOW,
+  onController: probeController,
+});
 const batched = await BatchedRawSetup.start(topology, WINDOW).catch(async (error) => {
   await workpull.close();
   throw error;

@@ -172,7 +172,7 @@ const config = {
   nats: { jobs, rounds: flag("rounds") ? rounds : quick ? 1 : 3 },
   // As many jobs as the NATS peer it is compared with (30,000 before: at 40,000 jobs/s that run
   // lasted 0.75 s, and its fixed start and end weighed as much as the gap being measured).
-  durable: { jobs, singleJobs: quick ? 300 : 1000, rounds: quick ? 2 : 3 },
+  durable: { jobs, singleJobs: quick ? 300 : 1000, rounds: quick ? 2 : 5 },
   backlog: {
     jobs: flag("jobs") ? jobs : quick ? 10_000 : 30_000,
     rounds: flag("rounds") ? rounds : quick ? 2 : 3,

@@ -141,22 +141,29 @@ function startSharedStory(j: Journals, instances: number, jobs: number): void {
   j.producer({ ev: "ack", from: 1, to: jobs, t: 500 });
 }
 
-/** Verify a shared-mode story of `instances` instances (lease 3 s). */
-function verifyShared(journals: Journals, instances: number) {
-  return verify(journals.paths, {
-    settings: {
-      minutes: 1,
-      rate: 1,
-      seed: 1,
-      workers: [],
-      ackDelayMs: 10,
-      reconnectGraceMs: 1000,
-      drainDeadlineS: 60,
-      instances,
-      leaseMs: 3000,
-    },
-    drain: { complete: true, remaining: 0, ms: 0 },
-  });
+/** Write a shared-mode story of `instances` instances (lease 3 s) to fresh journals; verify it. */
+function verifyShared(write: (journals: Journals) => void, instances: number) {
+  const dir = mkdtempSync(join(tmpdir(), "workpull-soak-verify-"));
+  try {
+    const journals = new Journals(dir);
+    write(journals);
+    return verify(journals.paths, {
+      settings: {
+        minutes: 1,
+        rate: 1,
+        seed: 1,
+        workers: [],
+        ackDelayMs: 10,
+        reconnectGraceMs: 1000,
+        drainDeadlineS: 60,
+        instances,
+        leaseMs: 3000,
+      },
+      drain: { complete: true, remaining: 0, ms: 0 },
+    });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 function writeStory(j: Journals): void {
@@ -433,34 +440,27 @@ function writeSharedStory(j: Journals): void {
 }
 
 test("the verifier excuses what an instance's stop or kill explains, and only that", () => {
-  const dir = mkdtempSync(join(tmpdir(), "workpull-soak-verify-"));
-  try {
-    const journals = new Journals(dir);
-    writeSharedStory(journals);
-    const summary = verifyShared(journals, 3);
-    assert.equal(summary.lost, 0);
-    const { byFault: _, ...causes } = summary.duplicates;
-    assert.deepEqual(causes, {
-      total: 4,
-      running: 2, // j3 (its worker killed mid-run), j5 (its instance killed mid-run)
-      "ack-delay": 0,
-      "unconfirmed-at-controller-kill": 1, // j2: sent while i1 was stopped
-      avoidable: 1, // j4: i1 wrote its confirmation at 6,000, yet it ran again
-    });
-    assert.deepEqual(
-      summary.instances && {
-        takeovers: summary.instances.takeovers,
-        fenced: summary.instances.fenced,
-        worst: summary.instances.worstTakeoverMs,
-        stopsTakenOver: summary.instances.stopsTakenOver,
-      },
-      { takeovers: 2, fenced: 1, worst: 2500, stopsTakenOver: 1 },
-    );
-    assert.deepEqual(summary.crashes, []);
-    assert.match(summaryLine(summary), /instance-kill 1, instance-stop 1, .*kill→takeover 2500 ms/);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  const summary = verifyShared(writeSharedStory, 3);
+  assert.equal(summary.lost, 0);
+  const { byFault: _, ...causes } = summary.duplicates;
+  assert.deepEqual(causes, {
+    total: 4,
+    running: 2, // j3 (its worker killed mid-run), j5 (its instance killed mid-run)
+    "ack-delay": 0,
+    "unconfirmed-at-controller-kill": 1, // j2: sent while i1 was stopped
+    avoidable: 1, // j4: i1 wrote its confirmation at 6,000, yet it ran again
+  });
+  assert.deepEqual(
+    summary.instances && {
+      takeovers: summary.instances.takeovers,
+      fenced: summary.instances.fenced,
+      worst: summary.instances.worstTakeoverMs,
+      stopsTakenOver: summary.instances.stopsTakenOver,
+    },
+    { takeovers: 2, fenced: 1, worst: 2500, stopsTakenOver: 1 },
+  );
+  assert.deepEqual(summary.crashes, []);
+  assert.match(summaryLine(summary), /instance-kill 1, instance-stop 1, .*kill→takeover 2500 ms/);
 });
 
 /**
@@ -514,24 +514,17 @@ function writeUnboundStory(j: Journals): void {
 }
 
 test("a confirmation its instance had taken is lost to the instance's kill, binding or not", () => {
-  const dir = mkdtempSync(join(tmpdir(), "workpull-soak-verify-"));
-  try {
-    const journals = new Journals(dir);
-    writeUnboundStory(journals);
-    const summary = verifyShared(journals, 2);
-    assert.equal(summary.lost, 0);
-    const { byFault: _, ...causes } = summary.duplicates;
-    assert.deepEqual(causes, {
-      total: 3,
-      running: 1, // j2: running when w1 was killed
-      "ack-delay": 0,
-      "unconfirmed-at-controller-kill": 1, // j1: taken by i1, not yet written at its kill
-      avoidable: 1, // j3: its confirmation left w1 before the kill, yet i1 requeued it
-    });
-    assert.deepEqual(summary.avoidable.examples.map((example) => example.messageId), ["j3"]);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  const summary = verifyShared(writeUnboundStory, 2);
+  assert.equal(summary.lost, 0);
+  const { byFault: _, ...causes } = summary.duplicates;
+  assert.deepEqual(causes, {
+    total: 3,
+    running: 1, // j2: running when w1 was killed
+    "ack-delay": 0,
+    "unconfirmed-at-controller-kill": 1, // j1: taken by i1, not yet written at its kill
+    avoidable: 1, // j3: its confirmation left w1 before the kill, yet i1 requeued it
+  });
+  assert.deepEqual(summary.avoidable.examples.map((example) => example.messageId), ["j3"]);
 });
 
 /**
@@ -556,23 +549,16 @@ function writeBothStoppedStory(j: Journals): void {
 }
 
 test("a worker resumed before its stopped instance runs what it held: the instance stop's rerun", () => {
-  const dir = mkdtempSync(join(tmpdir(), "workpull-soak-verify-"));
-  try {
-    const journals = new Journals(dir);
-    writeBothStoppedStory(journals);
-    const summary = verifyShared(journals, 2);
-    assert.equal(summary.lost, 0);
-    const { byFault: _, ...causes } = summary.duplicates;
-    assert.deepEqual(causes, {
-      total: 1,
-      running: 1, // j1 at w1: started after both stops, before w1 could know of i1's
-      "ack-delay": 0,
-      "unconfirmed-at-controller-kill": 0,
-      avoidable: 0,
-    });
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  const summary = verifyShared(writeBothStoppedStory, 2);
+  assert.equal(summary.lost, 0);
+  const { byFault: _, ...causes } = summary.duplicates;
+  assert.deepEqual(causes, {
+    total: 1,
+    running: 1, // j1 at w1: started after both stops, before w1 could know of i1's
+    "ack-delay": 0,
+    "unconfirmed-at-controller-kill": 0,
+    avoidable: 0,
+  });
 });
 
 /**
@@ -599,28 +585,21 @@ function writeKilledDuringStallStory(j: Journals): void {
 }
 
 test("a SIGKILL excuses a held confirmation only while the worker was not seen running", () => {
-  const dir = mkdtempSync(join(tmpdir(), "workpull-soak-verify-"));
-  try {
-    const journals = new Journals(dir);
-    writeKilledDuringStallStory(journals);
-    const summary = verifyShared(journals, 2);
-    assert.equal(summary.lost, 0);
-    const { byFault: _, ...causes } = summary.duplicates;
-    assert.deepEqual(causes, {
-      total: 3,
-      running: 1, // j3: running at w3's kill
-      "ack-delay": 1, // j1: w1 wrote nothing after it, so it may have been stalled until the kill
-      "unconfirmed-at-controller-kill": 0,
-      avoidable: 1, // j2: w3 ran on (it started j3) and still held j2's confirmation
-    });
-    assert.deepEqual(summary.avoidable.examples.map((example) => example.messageId), ["j2"]);
-    assert.match(
-      summary.avoidable.examples[0].diagnosis,
-      /held its confirmation at a fault of its worker/,
-    );
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  const summary = verifyShared(writeKilledDuringStallStory, 2);
+  assert.equal(summary.lost, 0);
+  const { byFault: _, ...causes } = summary.duplicates;
+  assert.deepEqual(causes, {
+    total: 3,
+    running: 1, // j3: running at w3's kill
+    "ack-delay": 1, // j1: w1 wrote nothing after it, so it may have been stalled until the kill
+    "unconfirmed-at-controller-kill": 0,
+    avoidable: 1, // j2: w3 ran on (it started j3) and still held j2's confirmation
+  });
+  assert.deepEqual(summary.avoidable.examples.map((example) => example.messageId), ["j2"]);
+  assert.match(
+    summary.avoidable.examples[0].diagnosis,
+    /held its confirmation at a fault of its worker/,
+  );
 });
 
 /**
@@ -654,22 +633,15 @@ function writeStopThenInstanceStopStory(j: Journals): void {
 }
 
 test("a confirmation held at a stop is lost to a later instance stop that took the job first", () => {
-  const dir = mkdtempSync(join(tmpdir(), "workpull-soak-verify-"));
-  try {
-    const journals = new Journals(dir);
-    writeStopThenInstanceStopStory(journals);
-    const summary = verifyShared(journals, 2);
-    assert.equal(summary.lost, 0);
-    const { byFault, ...causes } = summary.duplicates;
-    assert.deepEqual(causes, {
-      total: 1,
-      running: 0,
-      "ack-delay": 1, // j1: w1 was stopped 6 ms after finishing it, then i1 was stopped
-      "unconfirmed-at-controller-kill": 0,
-      avoidable: 0,
-    });
-    assert.deepEqual(byFault, { "instance-stop": 1 });
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  const summary = verifyShared(writeStopThenInstanceStopStory, 2);
+  assert.equal(summary.lost, 0);
+  const { byFault, ...causes } = summary.duplicates;
+  assert.deepEqual(causes, {
+    total: 1,
+    running: 0,
+    "ack-delay": 1, // j1: w1 was stopped 6 ms after finishing it, then i1 was stopped
+    "unconfirmed-at-controller-kill": 0,
+    avoidable: 0,
+  });
+  assert.deepEqual(byFault, { "instance-stop": 1 });
 });

@@ -95,10 +95,7 @@ async function round(name: string, setup: Setup, children: readonly Child[]): Pr
   const machine1 = machineCpuTicks();
   const busy = (machine1.busy - machine0.busy) / (machine1.total - machine0.total);
   const { rtt, hold, jobsFrames, sent } = await collect(children);
-  const { service, gaps } = probe;
-  probe.service = [];
-  probe.gaps = [];
-  probe.last = 0;
+  const { service, gaps } = probe; // reset when the next round starts
   console.log(
     `  ${name.padEnd(13)} ${Math.round(rate).toLocaleString("en-US").padStart(9)} jobs/s; ` +
       `round trip ${spread(rtt)} ms (${rtt.length}); hold ${spread(hold)} ms; CPU µs/job ` +

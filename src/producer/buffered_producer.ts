@@ -555,12 +555,13 @@ export class BufferedProducer<T = unknown> implements ProducerEndpoint {
     const answered = this.#answered;
     if (answered && answered.session === stored.session && answered.token === stored.token) {
       // The controller's own `Stored` by column; any other `Stored` by its jobs.
-      const columns = stored instanceof StoredBatch ? stored : undefined;
-      const jobs = columns ? undefined : stored.jobs;
-      const count = columns ? columns.ids.length : jobs!.length;
-      for (let i = 0; i < count; i++) {
-        const messageId = columns ? columns.ids[i] : jobs![i].messageId;
-        const seq = columns ? columns.seqs[i] : jobs![i].seq;
+      const { ids, seqs } = stored instanceof StoredBatch ? stored : {
+        ids: stored.jobs.map((job) => job.messageId),
+        seqs: stored.jobs.map((job) => job.seq),
+      };
+      for (let i = 0; i < ids.length; i++) {
+        const messageId = ids[i];
+        const seq = seqs[i];
         const item = answered.items[i];
         if (item.messageId !== messageId) continue;
         if (item.stored) continue; // a resubmission after a restart: the receipt was given already

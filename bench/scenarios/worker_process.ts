@@ -8,8 +8,9 @@
  *   one confirmation `{"type":"ack","id":…}`. Nothing else.
  * - `workpull`: `connectWorker` from `client.ts` with `concurrency` endpoints and `window`.
  *   The handler is a no-op (`noop`), records submit→start latency from the payload's `t`
- *   (`latency`), or reports each start and sleeps `delayMs` (`report`; `delayMs < 0` never
- *   resolves, a job held mid-flight).
+ *   (`latency`), reports each start and sleeps `delayMs` (`report`; `delayMs < 0` never
+ *   resolves, a job held mid-flight), or keeps the thread busy for `delayMs` and returns
+ *   (`spin`: a synchronous, CPU-bound handler).
  *
  * Reports: `{"ev":"ready"}` once every socket is open (raw) or every endpoint is bound;
  * `{"ev":"start","id":…,"t":…}` per job in `report` mode; on the command `{"cmd":"latency"}`,
@@ -36,8 +37,10 @@ export interface WorkerConfig {
   readonly name?: string;
   readonly concurrency?: number;
   readonly window?: number;
-  readonly handler?: "noop" | "latency" | "report";
+  readonly handler?: "noop" | "latency" | "report" | "spin";
   readonly delayMs?: number;
+  /** workpull: the `WebSocket` to connect with: the runtime's (default) or npm `ws`'s. */
+  readonly client?: "runtime" | "ws";
   readonly resendInterval?: number;
 }
 
@@ -69,6 +72,11 @@ if (config.mode === "raw") {
   const delay = config.delayMs ?? 0;
   const handler = config.handler === "latency"
     ? ({ payload }: { payload: unknown }) => latencies.record(now() - (payload as { t: number }).t)
+    : config.handler === "spin"
+    ? () => {
+      const end = performance.now() + delay;
+      while (performance.now() < end) { /* busy, as a CPU-bound handler is */ }
+    }
     : config.handler === "report"
     ? ({ messageId }: { messageId: string }) => {
       out({ ev: "start", id: messageId, t: now() });
@@ -84,6 +92,7 @@ if (config.mode === "raw") {
     concurrency: config.concurrency ?? 1,
     window: config.window ?? 100,
     resendInterval: config.resendInterval,
+    WebSocket: config.client === "ws" ? (await import("ws")).WebSocket : undefined,
     handler,
   });
   let bound = 0;

@@ -82,7 +82,11 @@ export interface ConnectWorkerOptions<T> {
   readonly handler: (delivery: Delivery<T>) => unknown;
   /** Endpoints in this process, each its own socket and binding. Default 1 (1..1,000). */
   readonly concurrency?: number;
-  /** Jobs granted per request and buffered at most, per endpoint. Default 50 (1..10,000). */
+  /**
+   * Jobs granted per request and buffered at most, per endpoint. Default 50 (1..10,000). Across a
+   * network, a window that takes two round trips to run keeps the endpoint busy (the README's
+   * "Choosing a window").
+   */
   readonly window?: number;
   /** Heartbeat, re-registration and resend cadence, ms. Default 2000. */
   readonly resendInterval?: number;

@@ -141,8 +141,11 @@ function startSharedStory(j: Journals, instances: number, jobs: number): void {
   j.producer({ ev: "ack", from: 1, to: jobs, t: 500 });
 }
 
-/** Write a shared-mode story of `instances` instances (lease 3 s) to fresh journals; verify it. */
-function verifyShared(write: (journals: Journals) => void, instances: number) {
+/**
+ * Write a story to fresh journals and verify it: a single-controller soak, or with `instances` a
+ * shared-mode one (lease 3 s).
+ */
+function verifyStory(write: (journals: Journals) => void, instances?: number) {
   const dir = mkdtempSync(join(tmpdir(), "workpull-soak-verify-"));
   try {
     const journals = new Journals(dir);
@@ -156,8 +159,7 @@ function verifyShared(write: (journals: Journals) => void, instances: number) {
         ackDelayMs: 10,
         reconnectGraceMs: 1000,
         drainDeadlineS: 60,
-        instances,
-        leaseMs: 3000,
+        ...(instances === undefined ? {} : { instances, leaseMs: 3000 }),
       },
       drain: { complete: true, remaining: 0, ms: 0 },
     });
@@ -323,54 +325,36 @@ function writeStory(j: Journals): void {
 }
 
 test("the soak's verifier finds the lost job and tells each kind of duplicate apart", () => {
-  const dir = mkdtempSync(join(tmpdir(), "workpull-soak-verify-"));
-  try {
-    const journals = new Journals(dir);
-    writeStory(journals);
-    const summary = verify(journals.paths, {
-      settings: {
-        minutes: 1,
-        rate: 1,
-        seed: 1,
-        workers: [],
-        ackDelayMs: 10,
-        reconnectGraceMs: 1000,
-        drainDeadlineS: 60,
-      },
-      drain: { complete: true, remaining: 0, ms: 0 },
-    });
-    assert.equal(summary.accepted, 20);
-    assert.equal(summary.ran, 19);
-    assert.equal(summary.lost, 1);
-    assert.deepEqual(summary.lostExamples, ["j2"]);
-    const { byFault: _, ...causes } = summary.duplicates;
-    assert.deepEqual(causes, {
-      total: 18,
-      // j3 (killed), j6 (frozen), j7 and j14 (started before the worker could know), j17
-      running: 5,
-      "ack-delay": 5, // j4, j10, j16, j19, j20
-      "unconfirmed-at-controller-kill": 1, // j11
-      avoidable: 7, // j5, j8, j9, j12, j13, j15, j18
-    });
-    assert.equal(summary.observations.duplicatesStartedBeforeNotice, 2);
-    const diagnosisOf = (id: string) =>
-      summary.avoidable.examples.find((example) => example.messageId === id)?.diagnosis;
-    assert.match(diagnosisOf("j5")!, /held its confirmation at a fault of its worker/);
-    assert.match(diagnosisOf("j8")!, /duplicate started after its binding had ended/);
-    assert.equal(diagnosisOf("j9"), "unexplained");
-    assert.match(diagnosisOf("j12")!, /held its confirmation at a controller kill/);
-    assert.match(diagnosisOf("j18")!, /applied its confirmation before its last commit/);
-    assert.match(diagnosisOf("j13")!, /producer resubmitted it after the restart/);
-    assert.match(diagnosisOf("j15")!, /earlier run started after its binding had ended/);
-    assert.equal(summary.restarts.count, 1);
-    assert.equal(summary.restarts.worstMs, 290);
-    assert.equal(summary.faults.byKind["worker-stop"], 3);
-    assert.equal(summary.observations.stopsThatUnbound, 1);
-    assert.equal(summary.ok, false);
-    assert.match(summaryLine(summary), /lost 1, duplicates 18 .*avoidable 7\)/);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  const summary = verifyStory(writeStory);
+  assert.equal(summary.accepted, 20);
+  assert.equal(summary.ran, 19);
+  assert.equal(summary.lost, 1);
+  assert.deepEqual(summary.lostExamples, ["j2"]);
+  const { byFault: _, ...causes } = summary.duplicates;
+  assert.deepEqual(causes, {
+    total: 18,
+    // j3 (killed), j6 (frozen), j7 and j14 (started before the worker could know), j17
+    running: 5,
+    "ack-delay": 5, // j4, j10, j16, j19, j20
+    "unconfirmed-at-controller-kill": 1, // j11
+    avoidable: 7, // j5, j8, j9, j12, j13, j15, j18
+  });
+  assert.equal(summary.observations.duplicatesStartedBeforeNotice, 2);
+  const diagnosisOf = (id: string) =>
+    summary.avoidable.examples.find((example) => example.messageId === id)?.diagnosis;
+  assert.match(diagnosisOf("j5")!, /held its confirmation at a fault of its worker/);
+  assert.match(diagnosisOf("j8")!, /duplicate started after its binding had ended/);
+  assert.equal(diagnosisOf("j9"), "unexplained");
+  assert.match(diagnosisOf("j12")!, /held its confirmation at a controller kill/);
+  assert.match(diagnosisOf("j18")!, /applied its confirmation before its last commit/);
+  assert.match(diagnosisOf("j13")!, /producer resubmitted it after the restart/);
+  assert.match(diagnosisOf("j15")!, /earlier run started after its binding had ended/);
+  assert.equal(summary.restarts.count, 1);
+  assert.equal(summary.restarts.worstMs, 290);
+  assert.equal(summary.faults.byKind["worker-stop"], 3);
+  assert.equal(summary.observations.stopsThatUnbound, 1);
+  assert.equal(summary.ok, false);
+  assert.match(summaryLine(summary), /lost 1, duplicates 18 .*avoidable 7\)/);
 });
 
 /**
@@ -440,7 +424,7 @@ function writeSharedStory(j: Journals): void {
 }
 
 test("the verifier excuses what an instance's stop or kill explains, and only that", () => {
-  const summary = verifyShared(writeSharedStory, 3);
+  const summary = verifyStory(writeSharedStory, 3);
   assert.equal(summary.lost, 0);
   const { byFault: _, ...causes } = summary.duplicates;
   assert.deepEqual(causes, {
@@ -514,7 +498,7 @@ function writeUnboundStory(j: Journals): void {
 }
 
 test("a confirmation its instance had taken is lost to the instance's kill, binding or not", () => {
-  const summary = verifyShared(writeUnboundStory, 2);
+  const summary = verifyStory(writeUnboundStory, 2);
   assert.equal(summary.lost, 0);
   const { byFault: _, ...causes } = summary.duplicates;
   assert.deepEqual(causes, {
@@ -549,7 +533,7 @@ function writeBothStoppedStory(j: Journals): void {
 }
 
 test("a worker resumed before its stopped instance runs what it held: the instance stop's rerun", () => {
-  const summary = verifyShared(writeBothStoppedStory, 2);
+  const summary = verifyStory(writeBothStoppedStory, 2);
   assert.equal(summary.lost, 0);
   const { byFault: _, ...causes } = summary.duplicates;
   assert.deepEqual(causes, {
@@ -585,7 +569,7 @@ function writeKilledDuringStallStory(j: Journals): void {
 }
 
 test("a SIGKILL excuses a held confirmation only while the worker was not seen running", () => {
-  const summary = verifyShared(writeKilledDuringStallStory, 2);
+  const summary = verifyStory(writeKilledDuringStallStory, 2);
   assert.equal(summary.lost, 0);
   const { byFault: _, ...causes } = summary.duplicates;
   assert.deepEqual(causes, {
@@ -633,7 +617,7 @@ function writeStopThenInstanceStopStory(j: Journals): void {
 }
 
 test("a confirmation held at a stop is lost to a later instance stop that took the job first", () => {
-  const summary = verifyShared(writeStopThenInstanceStopStory, 2);
+  const summary = verifyStory(writeStopThenInstanceStopStory, 2);
   assert.equal(summary.lost, 0);
   const { byFault, ...causes } = summary.duplicates;
   assert.deepEqual(causes, {

@@ -1,28 +1,14 @@
 /**
- * A job payload already encoded as JSON text. A producer that validated a payload by encoding
- * it (as `BufferedProducer.submit` does) hands the controller this instead of the value: the
- * controller then neither encodes it a second time nor sees later changes to the original
- * object. The text can only come from `JSON.stringify`, so it is always valid JSON.
+ * A job payload already encoded as JSON text. A producer that holds a payload encoded (as the
+ * backlog's producer does, reading it from its store) hands the controller this instead of the
+ * value: the controller then neither encodes it a second time nor sees later changes to the
+ * original object. The text can only come from `JSON.stringify` (or a store that kept such a
+ * text), so it is valid JSON.
  *
  * @module
  */
 
 const fromStringify = Symbol("JsonText");
-
-/**
- * Wrap text that `JsonText.encode` made and that was kept as a plain string meanwhile (a
- * producer's backlog keeps the text alone: a third of the memory). Not exported from `mod.ts`.
- *
- * @example
- * ```ts
- * import { JsonText, keptJsonText } from "./json_text.ts";
- * const text = JsonText.encode({ n: 1 }).text;
- * console.assert(keptJsonText(text).text === text);
- * ```
- */
-export function keptJsonText(text: string): JsonText {
-  return new JsonText(fromStringify, text);
-}
 
 /**
  * An immutable, valid JSON encoding of a value.

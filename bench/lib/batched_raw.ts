@@ -20,6 +20,7 @@
 import { type Child, spawnChild, withTimeout } from "./proc.ts";
 import { now, repoPath, runtime, scriptCommand, until } from "./runtime.ts";
 import { type Setup, type Topology, topologyLabel } from "./setups.ts";
+import type { FrameRecorder } from "./timeline.ts";
 
 /** The batched baseline server. */
 export interface BatchedRawServer {
@@ -34,6 +35,7 @@ export interface BatchedRawServer {
 }
 
 interface Peer {
+  readonly index: number;
   readonly send: (text: string) => void;
   /** Highest sequence granted, sent, confirmed. */
   upTo: number;
@@ -41,8 +43,11 @@ interface Peer {
   confirmed: number;
 }
 
-/** Start the batched baseline server on 127.0.0.1, a free port. */
-export async function batchedRawServer(): Promise<BatchedRawServer> {
+/**
+ * Start the batched baseline server on 127.0.0.1, a free port; `recorder` (a tool's) notes the
+ * frames its sockets handle.
+ */
+export async function batchedRawServer(recorder?: FrameRecorder): Promise<BatchedRawServer> {
   const peers: Peer[] = [];
   let total = 0;
   let handedOut = 0;
@@ -61,10 +66,13 @@ export async function batchedRawServer(): Promise<BatchedRawServer> {
         JSON.stringify({ n: handedOut })
       }}`;
     }
-    peer.send(`${frame}]}`);
+    const text = `${frame}]}`;
+    peer.send(text);
+    recorder?.record(peer.index, "out", text.length);
     peer.sent += count;
   };
   const onFrame = (peer: Peer, data: unknown) => {
+    recorder?.record(peer.index, "in", (data as string).length);
     const frame = JSON.parse(data as string) as { confirmed: number; upTo?: number };
     if (frame.confirmed > peer.confirmed) {
       confirmed += frame.confirmed - peer.confirmed;
@@ -73,6 +81,7 @@ export async function batchedRawServer(): Promise<BatchedRawServer> {
     if (frame.upTo !== undefined && frame.upTo > peer.upTo) peer.upTo = frame.upTo;
     fill(peer);
     if (confirmed >= target) finish?.();
+    recorder?.record(peer.index, "done", 0);
   };
   const run = (jobs: number) =>
     new Promise<void>((resolve) => {
@@ -86,7 +95,7 @@ export async function batchedRawServer(): Promise<BatchedRawServer> {
       for (const peer of peers) fill(peer);
     });
   const peerOf = (send: (text: string) => void): Peer => {
-    const peer: Peer = { send, upTo: 0, sent: 0, confirmed: 0 };
+    const peer: Peer = { index: peers.length, send, upTo: 0, sent: 0, confirmed: 0 };
     peers.push(peer);
     return peer;
   };
@@ -158,9 +167,16 @@ export class BatchedRawSetup implements Setup {
     this.clients = clients;
   }
 
-  /** `topology.processes` client processes with `topology.perProcess` sockets each. */
-  static async start(topology: Topology, window: number): Promise<BatchedRawSetup> {
-    const server = await batchedRawServer();
+  /**
+   * `topology.processes` client processes with `topology.perProcess` sockets each; `recorder`
+   * (a tool's) notes the frames the server handles.
+   */
+  static async start(
+    topology: Topology,
+    window: number,
+    recorder?: FrameRecorder,
+  ): Promise<BatchedRawSetup> {
+    const server = await batchedRawServer(recorder);
     const clients: Child[] = [];
     try {
       const { command, args } = scriptCommand(

@@ -151,6 +151,8 @@ export class WorkpullSetup implements Setup {
       submit?: "many" | "each";
       /** Called with the controller before any worker connects (a tool's probe wraps it). */
       onController?: (controller: WorkPullingController) => void;
+      /** The worker processes' `WebSocket`: the runtime's (default) or npm `ws`'s. */
+      client?: WorkerConfig["client"];
     },
   ): Promise<WorkpullSetup> {
     const producer = new BufferedProducer<Record<string, unknown>>(
@@ -178,6 +180,7 @@ export class WorkpullSetup implements Setup {
               concurrency: topology.perProcess,
               window: options.window,
               handler: options.handler ?? "noop",
+              ...(options.client ? { client: options.client } : {}),
             }, options.workerRuntime),
         ),
       );

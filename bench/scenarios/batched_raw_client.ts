@@ -25,6 +25,8 @@ interface JobsFrame {
 
 // Timing round trips for bench/tools/round_trips.ts: before any socket is made.
 if (process.env.WORKPULL_BENCH_ROUND_TRIPS) await import("../lib/round_trip_probe.ts");
+// The frames on a shared clock for bench/tools/timeline.ts: before any socket is made.
+if (process.env.WORKPULL_BENCH_TIMELINE) await import("../lib/timeline_probe.ts");
 
 const config: Config = JSON.parse(process.env.WORKPULL_BENCH ?? "{}");
 const window = config.window;

@@ -99,6 +99,7 @@ export {
   type FailFrame,
   type Feature,
   FEATURES,
+  type HeardFrame,
   type JobsFrame,
   MAX_ID_LENGTH,
   MAX_SEQ,

@@ -59,6 +59,9 @@ class FrameFactory {
         incarnation: this.#incarnations.get(worker)!,
         nonce: this.nonce,
         resendInterval: this.pick([100, 2000, 3_600_000]),
+        // Half the time with feature heard: the controller then answers frames it has nothing
+        // else for (`heard`), which a flood must not turn into a flood back.
+        ...(this.#random() < 0.5 ? { features: ["heard"] } : {}),
       };
     }
     const session = this.pick([this.session, this.session, "stale-session"]);

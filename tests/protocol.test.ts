@@ -40,6 +40,24 @@ describe("wire codec", () => {
     }
   });
 
+  test("a heard frame (feature heard) decodes; any field makes it invalid", () => {
+    assert.deepEqual(decodeControllerFrame('{"type":"heard"}'), {
+      ok: true,
+      frame: { type: "heard" },
+    });
+    for (
+      const text of [
+        '{"type":"heard","session":"s"}',
+        '{"type":"heard","x":null}',
+        '{"type":"Heard"}',
+      ]
+    ) {
+      const decoded = decodeControllerFrame(text);
+      assert.equal(decoded.ok, false, text);
+      if (!decoded.ok) assert.equal(decoded.reason, "invalid-frame", text);
+    }
+  });
+
   test("a jobs frame splices payload JSON and round-trips", () => {
     const text = encodeJobsFrame("s", 3, [
       { messageId: "a", payload: '{"x":[1,2]}' },

@@ -508,6 +508,7 @@ describe("worker endpoint sub-flow", () => {
       "unbound",
       "release",
       "outcomes",
+      "heard",
     ]);
     controller.registered("s1", "b1", 1, ["unbound"]);
     controller.jobs(1, ["j1", "j2"]);
@@ -518,6 +519,23 @@ describe("worker endpoint sub-flow", () => {
     assert.equal(controller.ofType("register").length, registrations + 1, "binds afresh");
     await releaseNext();
     assert.deepEqual(started.map((d) => d.messageId), ["j1"]);
+  });
+});
+
+describe("worker endpoint and feature heard", () => {
+  test("a heard frame changes nothing: the link stays open and the jobs run on", async () => {
+    const { controller, started, releaseNext } = gatedWorker({ window: 10 });
+    controller.registered("s1", "b1", 1, ["heard"]);
+    controller.jobs(1, ["j1", "j2"]);
+    await quiesce();
+    const sent = controller.sent.length;
+    controller.send({ type: "heard" });
+    await quiesce();
+    assert.equal(controller.closedWith, undefined, "the link stays open");
+    assert.equal(controller.sent.length, sent, "nothing is sent in reply");
+    await releaseNext();
+    await releaseNext();
+    assert.deepEqual(started.map((d) => d.messageId), ["j1", "j2"]);
   });
 });
 

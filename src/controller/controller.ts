@@ -26,7 +26,9 @@
  *
  * Every input (frames, producer messages, timer ticks, queue results) goes through one serial
  * mailbox, so handlers never interleave and the behaviour is deterministic under a simulated
- * clock.
+ * clock. When it drains, the jobs of the turn go out, and a worker with feature `heard` whose
+ * frames nothing answered gets a `heard` frame (`heard_replies.ts`: a TCP acknowledgment its
+ * client may be waiting for).
  *
  * @module
  */
@@ -89,6 +91,7 @@ import {
 } from "./options.ts";
 import type { ProducerEndpoint, ProducerPort } from "./producer_contract.ts";
 import { type ProducedTries, readProduced } from "./produced_reader.ts";
+import { HEARD_FRAME, HeardReplies } from "./heard_replies.ts";
 import { RoundRobin } from "./round_robin.ts";
 import type { JobOutcome } from "../lifecycle/job_record.ts";
 
@@ -312,6 +315,8 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
 
   // The mailbox.
   readonly #mailbox = new Deque<() => void>();
+  /** Feature `heard`: the links that sent frames nothing has answered yet. */
+  readonly #heard: HeardReplies<Connection>;
   #draining = false;
   readonly #dirty = new Set<Binding>();
 
@@ -330,6 +335,13 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     this.#options = resolveControllerOptions(options);
     this.reportTo(this.#options.logger);
     this.#completed = new RecentMap(this.#options.dedupeWindow);
+    this.#heard = new HeardReplies(
+      this.#options.clock,
+      (run) => this.#post(run),
+      (connection) => {
+        if (!connection.closed) connection.link.send(HEARD_FRAME);
+      },
+    );
     this.#incarnations = new Incarnations({
       maxRemembered: this.#options.maxIncarnationHistory,
       isBound: (worker) => this.#bindings.has(worker),
@@ -421,6 +433,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     for (const connection of [...this.#connections]) {
       this.#closeConnection(connection, CloseCode.goingAway, "controller closed");
     }
+    this.#heard.stop();
     return Promise.resolve();
   }
 
@@ -494,7 +507,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
           if (seq === undefined) continue;
           const connection = this.#linkOf.get(binding);
           if (connection?.features.has("outcomes")) {
-            connection.link.send(encodeFrame({ type: "cancel", session: this.#session, seq }));
+            this.#send(connection, encodeFrame({ type: "cancel", session: this.#session, seq }));
           }
         }
         resolve("active");
@@ -558,7 +571,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     this.#session = crypto.randomUUID();
     const generation = this.#generation;
     for (const connection of this.#connections) {
-      connection.link.send(encodeFrame({ type: "reset", session: this.#session }));
+      this.#send(connection, encodeFrame({ type: "reset", session: this.#session }));
     }
     this.#scheduleTick(generation);
     if (!this.#lane) {
@@ -708,6 +721,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
         }
         if (this.#mailbox.length === 0) {
           this.#flush();
+          this.#heard.settle();
           this.#launchLane();
           if (this.#drained) this.#checkDrained();
         }
@@ -715,6 +729,12 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     } finally {
       this.#draining = false;
     }
+  }
+
+  /** Send `text` on the connection's link; any frame acknowledges what the worker sent. */
+  #send(connection: Connection, text: string): void {
+    this.#heard.answered(connection);
+    connection.link.send(text);
   }
 
   /** Write every binding's newly dispatched (or rewound) jobs to its link. */
@@ -737,7 +757,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
         for (let i = 0; i < count; i++) jobs[i] = binding.jobAt(first + i)!;
         binding.sentSeq += count;
         const withTries = connection.features.has("outcomes");
-        connection.link.send(encodeJobsFrame(this.#session, first, jobs, withTries));
+        this.#send(connection, encodeJobsFrame(this.#session, first, jobs, withTries));
       }
     }
     this.#dirty.clear();
@@ -751,6 +771,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     const decoded = decodeWorkerFrame(data, this.#options.maxWorkerFrame);
     if (!decoded.ok) return this.#refuse(connection, decoded);
     connection.lastHeard = this.#options.clock.now();
+    if (connection.features.has("heard")) this.#heard.received(connection);
     const frame: WorkerFrame = decoded.frame;
     switch (frame.type) {
       case "register":
@@ -863,14 +884,17 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
         this.#attachBinding(binding, connection);
       }
     }
-    connection.link.send(encodeFrame({
-      type: "registered",
-      session: this.#session,
-      binding: binding.id,
-      nextSeq: binding.confirmedSeq + 1,
-      nonce: binding.nonce,
-      ...(frame.features ? { features: [...connection.features] } : {}),
-    }));
+    this.#send(
+      connection,
+      encodeFrame({
+        type: "registered",
+        session: this.#session,
+        binding: binding.id,
+        nextSeq: binding.confirmedSeq + 1,
+        nonce: binding.nonce,
+        ...(frame.features ? { features: [...connection.features] } : {}),
+      }),
+    );
     this.#progress();
   }
 
@@ -887,13 +911,16 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   ): void {
     this.#reject(connection, reason, detail);
     if (connection.features.has("refused")) {
-      connection.link.send(encodeFrame({
-        type: "refused",
-        nonce: frame.nonce,
-        reason,
-        retry: !FINAL_REFUSALS.has(reason),
-        detail,
-      }));
+      this.#send(
+        connection,
+        encodeFrame({
+          type: "refused",
+          nonce: frame.nonce,
+          reason,
+          retry: !FINAL_REFUSALS.has(reason),
+          detail,
+        }),
+      );
     }
     if (close !== undefined) this.#closeConnection(connection, close, reason, "disconnected");
   }
@@ -1053,6 +1080,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     if (connection.closed) return;
     connection.closed = true;
     this.#connections.delete(connection);
+    this.#heard.answered(connection);
     const binding = connection.binding;
     connection.binding = undefined;
     if (!binding || this.#linkOf.get(binding) !== connection) return;
@@ -1111,7 +1139,8 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     ) {
       // The link stays open: tell the worker, so it stops working for the ended sub-flow.
       const notice = reason as (typeof UNBOUND_REASONS)[number];
-      connection.link.send(
+      this.#send(
+        connection,
         encodeFrame({
           type: "unbound",
           session: this.#session,

@@ -742,6 +742,9 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
         return this.#onCancel(frame.session, frame.seq);
       case "reset":
         if (frame.session !== this.#session) this.#register(); // the controller restarted
+        return;
+      case "heard":
+        return; // only there to acknowledge what this worker sent (feature `heard`)
     }
   }
 

@@ -12,7 +12,10 @@
  * with `JSON.parse`, takes each job in order, and after each one does what a workpull worker
  * endpoint does: `{"type":"request","confirmed":c,"upTo":c+window}` when at most half the
  * window remains granted, else `{"type":"ack","confirmed":c}` once the frame is used up. The
- * server parses every frame with `JSON.parse`. A run ends when every job is confirmed.
+ * server parses every frame with `JSON.parse`, and answers one it sends no jobs for with
+ * `{"type":"heard"}`, as workpull's controller does (feature `heard`: a client with Nagle's
+ * algorithm on, Deno's, would otherwise hold its next frame for the delayed ACK, 40 ms, at the end
+ * of every run). A run ends when every job is confirmed.
  *
  * @module
  */
@@ -21,6 +24,8 @@ import { type Child, spawnChild, withTimeout } from "./proc.ts";
 import { now, repoPath, runtime, scriptCommand, until } from "./runtime.ts";
 import { type Setup, type Topology, topologyLabel } from "./setups.ts";
 import type { FrameRecorder } from "./timeline.ts";
+
+const HEARD = '{"type":"heard"}';
 
 /** The batched baseline server. */
 export interface BatchedRawServer {
@@ -55,10 +60,10 @@ export async function batchedRawServer(recorder?: FrameRecorder): Promise<Batche
   let target = 0;
   let finish: (() => void) | undefined;
 
-  /** Send `peer` every granted job still to hand out, as one frame. */
-  const fill = (peer: Peer) => {
+  /** Send `peer` every granted job still to hand out, as one frame; whether there were any. */
+  const fill = (peer: Peer): boolean => {
     const count = Math.min(peer.upTo - peer.sent, total - handedOut);
-    if (count <= 0) return;
+    if (count <= 0) return false;
     let frame = `{"type":"jobs","seq":${peer.sent + 1},"jobs":[`;
     for (let i = 0; i < count; i++) {
       handedOut += 1;
@@ -70,6 +75,7 @@ export async function batchedRawServer(recorder?: FrameRecorder): Promise<Batche
     peer.send(text);
     recorder?.record(peer.index, "out", text.length);
     peer.sent += count;
+    return true;
   };
   const onFrame = (peer: Peer, data: unknown) => {
     recorder?.record(peer.index, "in", (data as string).length);
@@ -79,7 +85,9 @@ export async function batchedRawServer(recorder?: FrameRecorder): Promise<Batche
       peer.confirmed = frame.confirmed;
     }
     if (frame.upTo !== undefined && frame.upTo > peer.upTo) peer.upTo = frame.upTo;
-    fill(peer);
+    // As workpull's controller does for a worker with feature heard: a frame that no jobs answer
+    // gets a frame back at once, so a client with Nagle's algorithm on (Deno's) is acknowledged.
+    if (!fill(peer)) peer.send(HEARD);
     if (confirmed >= target) finish?.();
     recorder?.record(peer.index, "done", 0);
   };

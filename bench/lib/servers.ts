@@ -38,8 +38,8 @@ export async function serveWorkpull(
  * The raw baseline server. Each job is one text message
  * `{"type":"job","id":<random UUID>,"payload":{"n":i}}`; each confirmation is one text message
  * from the client, parsed with `JSON.parse`. Per socket at most `window` jobs are unconfirmed:
- * every confirmation releases the next job. Nothing else: no queue, no redelivery, no
- * validation, no bookkeeping beyond counters.
+ * every confirmation releases the next job (when none is left, `{"type":"heard"}`, which the client
+ * ignores). Nothing else: no queue, no redelivery, no validation, no bookkeeping beyond counters.
  */
 export interface RawServer {
   readonly port: number;
@@ -66,7 +66,11 @@ export async function rawServer(window: number): Promise<RawServer> {
   const onConfirmation = (send: Send, data: unknown) => {
     JSON.parse(data as string);
     confirmed += 1;
+    // A confirmation no job answers gets a frame back at once, as workpull's controller does
+    // (feature heard): a client with Nagle's algorithm on (Deno's) otherwise holds its next
+    // confirmation for the delayed ACK, 40 ms, at the end of every run.
     if (sent < total) sendJob(send);
+    else send('{"type":"heard"}');
     if (confirmed === total) finish?.();
   };
   const run = (jobs: number) =>

@@ -20,7 +20,8 @@ interface Config {
 
 interface JobsFrame {
   readonly seq: number;
-  readonly jobs: readonly { readonly id: string; readonly payload: unknown }[];
+  /** Absent in a `heard` frame. */
+  readonly jobs?: readonly { readonly id: string; readonly payload: unknown }[];
 }
 
 // Timing round trips for bench/tools/round_trips.ts: before any socket is made.
@@ -48,6 +49,7 @@ for (let i = 0; i < config.sockets; i++) {
   socket.onmessage = (event) => {
     const frame: JobsFrame = JSON.parse(event.data as string);
     const jobs = frame.jobs;
+    if (jobs === undefined) return; // {"type":"heard"}
     for (let j = 0; j < jobs.length; j++) {
       // The job would be handled here (the handler is a no-op).
       confirmed = frame.seq + j;

@@ -67,6 +67,7 @@ if (config.mode === "raw") {
     };
     socket.onmessage = (event) => {
       const job = JSON.parse(event.data as string);
+      if (job.type !== "job") return; // {"type":"heard"}
       socket.send(JSON.stringify({ type: "ack", id: job.id }));
     };
   }
@@ -94,7 +95,15 @@ if (config.mode === "raw") {
     concurrency: config.concurrency ?? 1,
     window: config.window ?? 100,
     resendInterval: config.resendInterval,
-    WebSocket: config.client === "ws" ? (await import("ws")).WebSocket : undefined,
+    WebSocket: process.env.WORKPULL_BENCH_NO_HEARD
+      ? withoutHeard(
+        config.client === "ws"
+          ? (await import("ws")).WebSocket as unknown as typeof WebSocket
+          : WebSocket,
+      )
+      : config.client === "ws"
+      ? (await import("ws")).WebSocket
+      : undefined,
     handler,
   });
   let bound = 0;
@@ -114,3 +123,20 @@ onCommand(async (command) => {
     out({ ev: "profiled", path });
   }
 });
+
+/**
+ * `WebSocket` whose registrations do not name feature `heard`, for `tools/burst_confirm.ts
+ * --no-heard`: a worker as one written before the feature.
+ */
+function withoutHeard(Base: typeof WebSocket): typeof WebSocket {
+  return class extends Base {
+    override send(data: string | ArrayBufferLike | Blob | ArrayBufferView): void {
+      if (typeof data === "string" && data.startsWith('{"type":"register"')) {
+        const frame = JSON.parse(data);
+        frame.features = frame.features?.filter((feature: string) => feature !== "heard");
+        data = JSON.stringify(frame);
+      }
+      super.send(data);
+    }
+  };
+}

@@ -17,6 +17,16 @@ function setup() {
 const job = (messageId: string) => ({ messageId, payload: messageId });
 const types = (worker: ScriptedWorker) => worker.received.map((frame) => frame.type);
 
+/** A worker with feature heard holding `count` jobs, once the tick its first heard began is over. */
+function busyWorker({ clock, producer, controller }: ReturnType<typeof setup>, count: number) {
+  const worker = new ScriptedWorker(controller, "a");
+  worker.register(undefined, "jobs", undefined, ["heard"]);
+  worker.request(0, count); // heard at once (the pool is empty), and a tick starts
+  producer.produce(Array.from({ length: count }, (_, i) => job(`j${i + 1}`)));
+  clock.advance(0); // the tick ends with nothing owed
+  return worker;
+}
+
 describe("feature heard", () => {
   test("is agreed when the worker names it, and only then", async () => {
     const { controller } = setup();
@@ -46,13 +56,10 @@ describe("feature heard", () => {
   });
 
   test("frames within one tick share one heard; the tick's end answers them", async () => {
-    const { clock, producer, controller } = setup();
+    const flow = setup();
+    const { clock, controller } = flow;
     await controller.start();
-    const worker = new ScriptedWorker(controller, "a");
-    worker.register(undefined, "jobs", undefined, ["heard"]);
-    worker.request(0, 3); // heard at once (the pool is empty), and a tick starts
-    producer.produce([job("j1"), job("j2"), job("j3")]);
-    clock.advance(0); // the tick ends with nothing owed
+    const worker = busyWorker(flow, 3);
     const before = worker.received.length;
     worker.ack(1); // heard at once
     worker.ack(2); // held back until the tick ends
@@ -70,13 +77,10 @@ describe("feature heard", () => {
   });
 
   test("a frame sent meanwhile answers: no heard for a link the controller wrote to", async () => {
-    const { clock, producer, controller } = setup();
+    const flow = setup();
+    const { clock, producer, controller } = flow;
     await controller.start();
-    const worker = new ScriptedWorker(controller, "a");
-    worker.register(undefined, "jobs", undefined, ["heard"]);
-    worker.request(0, 1);
-    producer.produce([job("j1")]);
-    clock.advance(0);
+    const worker = busyWorker(flow, 1);
     worker.ack(1); // heard at once, and a tick starts
     const before = worker.received.length;
     worker.request(1, 2); // owed until the tick ends...
@@ -87,14 +91,12 @@ describe("feature heard", () => {
   });
 
   test("a link that closed is owed nothing", async () => {
-    const { clock, producer, controller } = setup();
+    const flow = setup();
+    const { clock, controller } = flow;
     await controller.start();
-    const worker = new ScriptedWorker(controller, "a");
-    worker.register(undefined, "jobs", undefined, ["heard"]);
-    worker.request(0, 1);
-    producer.produce([job("j1")]);
+    const worker = busyWorker(flow, 1);
     worker.ack(1);
-    worker.ack(1);
+    worker.ack(1); // held back for the tick
     const before = worker.received.length;
     worker.disconnect();
     clock.advance(0);

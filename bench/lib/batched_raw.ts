@@ -23,9 +23,8 @@
 import { type Child, spawnChild, withTimeout } from "./proc.ts";
 import { now, repoPath, runtime, scriptCommand, until } from "./runtime.ts";
 import { type Setup, type Topology, topologyLabel } from "./setups.ts";
+import { HEARD } from "./servers.ts";
 import type { FrameRecorder } from "./timeline.ts";
-
-const HEARD = '{"type":"heard"}';
 
 /** The batched baseline server. */
 export interface BatchedRawServer {
@@ -85,9 +84,7 @@ export async function batchedRawServer(recorder?: FrameRecorder): Promise<Batche
       peer.confirmed = frame.confirmed;
     }
     if (frame.upTo !== undefined && frame.upTo > peer.upTo) peer.upTo = frame.upTo;
-    // As workpull's controller does for a worker with feature heard: a frame that no jobs answer
-    // gets a frame back at once, so a client with Nagle's algorithm on (Deno's) is acknowledged.
-    if (!fill(peer)) peer.send(HEARD);
+    if (!fill(peer)) peer.send(HEARD); // no job to answer with (see HEARD)
     if (confirmed >= target) finish?.();
     recorder?.record(peer.index, "done", 0);
   };

@@ -52,6 +52,13 @@ export interface RawServer {
 
 type Send = (text: string) => void;
 
+/**
+ * What both raw baselines send for a frame they answer with no job, as workpull's controller does
+ * (feature `heard`): a client with Nagle's algorithm on (Deno's) otherwise holds its next frame
+ * for the delayed ACK, 40 ms, at the end of every run.
+ */
+export const HEARD = '{"type":"heard"}';
+
 /** Start the raw baseline server with the given per-socket window. */
 export async function rawServer(window: number): Promise<RawServer> {
   const sockets: Send[] = [];
@@ -66,11 +73,8 @@ export async function rawServer(window: number): Promise<RawServer> {
   const onConfirmation = (send: Send, data: unknown) => {
     JSON.parse(data as string);
     confirmed += 1;
-    // A confirmation no job answers gets a frame back at once, as workpull's controller does
-    // (feature heard): a client with Nagle's algorithm on (Deno's) otherwise holds its next
-    // confirmation for the delayed ACK, 40 ms, at the end of every run.
     if (sent < total) sendJob(send);
-    else send('{"type":"heard"}');
+    else send(HEARD);
     if (confirmed === total) finish?.();
   };
   const run = (jobs: number) =>

@@ -16,6 +16,7 @@
  * @module
  */
 
+import { now } from "./runtime.ts";
 import { distribution } from "./stats.ts";
 
 /** What happened to a frame. */
@@ -37,9 +38,6 @@ export const TURN_GAP_MS = 0.01;
 /** A gap between turns this long (ms) or longer counts as long in {@linkcode TurnSummary}. */
 export const LONG_GAP_MS = 0.2;
 
-/** This process's clock for frame events, ms. */
-export const wallNow = (): number => performance.timeOrigin + performance.now();
-
 /** Records the frame events of one process that fall within an armed window. */
 export class FrameRecorder {
   readonly process: string;
@@ -51,7 +49,7 @@ export class FrameRecorder {
     this.process = process;
   }
 
-  /** Record the events between `from` and `from + span` (ms, {@linkcode wallNow}'s clock). */
+  /** Record the events between `from` and `from + span` (ms, `now()` of `runtime.ts`). */
   arm(from: number, span: number): void {
     this.#from = from;
     this.#to = from + span;
@@ -60,12 +58,12 @@ export class FrameRecorder {
 
   /** Whether the armed window is over. */
   get over(): boolean {
-    return wallNow() >= this.#to;
+    return now() >= this.#to;
   }
 
   /** Note an event, if it falls within the window. */
   record(socket: number, kind: FrameEventKind, chars: number): void {
-    const at = wallNow();
+    const at = now();
     if (at < this.#from || at >= this.#to) return;
     this.#events.push({ at, process: this.process, socket, kind, chars });
   }
@@ -161,8 +159,9 @@ export function summarizeTurns(
     while (serverIn < ins.length && ins[serverIn].at < event.at) serverIn++;
     if (serverIn < ins.length) toServer.push((ins[serverIn].at - event.at) * 1000);
   }
-  const mean = (samples: number[]) =>
-    samples.length === 0 ? 0 : samples.reduce((sum, value) => sum + value, 0) / samples.length;
+  const sum = (samples: number[]) => samples.reduce((total, value) => total + value, 0);
+  const mean = (samples: number[]) => samples.length === 0 ? 0 : sum(samples) / samples.length;
+  const gaps = between.length === 0 ? undefined : distribution(between);
   const p50 = (samples: number[]) => samples.length === 0 ? 0 : distribution(samples).p50;
   return {
     turns: busy.length,
@@ -170,13 +169,10 @@ export function summarizeTurns(
     busyMean: mean(busy),
     busyP50: p50(busy),
     betweenMean: mean(between),
-    betweenP50: p50(between),
-    betweenP90: between.length === 0 ? 0 : distribution(between).p90,
-    longGapShare: between.filter((gap) => gap >= LONG_GAP_MS * 1000).reduce(
-      (sum, gap) => sum + gap,
-      0,
-    ) / 1000 / span,
-    busyShare: busy.reduce((sum, value) => sum + value, 0) / 1000 / span,
+    betweenP50: gaps?.p50 ?? 0,
+    betweenP90: gaps?.p90 ?? 0,
+    longGapShare: sum(between.filter((gap) => gap >= LONG_GAP_MS * 1000)) / 1000 / span,
+    busyShare: sum(busy) / 1000 / span,
     serviceP50: p50(service),
     toWorkerP50: p50(toWorker),
     toServerP50: p50(toServer),

@@ -7,7 +7,7 @@
  * {@linkcode FrameRecorder}.
  *
  * Commands on stdin: `{"cmd":"timeline","from":ms,"span":ms}` arms the window (the tool's clock,
- * `wallNow`); `{"cmd":"timeline-take"}` reports `{"ev":"timeline","events":[…]}`.
+ * `now()` of `runtime.ts`); `{"cmd":"timeline-take"}` reports `{"ev":"timeline","events":[…]}`.
  *
  * @module
  */

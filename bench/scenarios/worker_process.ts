@@ -87,6 +87,9 @@ if (config.mode === "raw") {
       if (delay > 0) return new Promise((resolve) => setTimeout(resolve, delay));
     }
     : () => {};
+  const clientWebSocket = config.client === "ws"
+    ? (await import("ws")).WebSocket as unknown as typeof WebSocket
+    : undefined;
   const worker = connectWorker({
     url: config.url,
     token: config.token,
@@ -96,14 +99,8 @@ if (config.mode === "raw") {
     window: config.window ?? 100,
     resendInterval: config.resendInterval,
     WebSocket: process.env.WORKPULL_BENCH_NO_HEARD
-      ? withoutHeard(
-        config.client === "ws"
-          ? (await import("ws")).WebSocket as unknown as typeof WebSocket
-          : WebSocket,
-      )
-      : config.client === "ws"
-      ? (await import("ws")).WebSocket
-      : undefined,
+      ? withoutHeard(clientWebSocket ?? WebSocket)
+      : clientWebSocket,
     handler,
   });
   let bound = 0;

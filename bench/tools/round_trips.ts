@@ -30,7 +30,8 @@ import { machineCpuTicks, MS_PER_TICK, processCpuTicks } from "../lib/machine_lo
 import type { Child, Report } from "../lib/proc.ts";
 import { runtimeVersion } from "../lib/runtime.ts";
 import { type Setup, warmUp, WorkpullSetup } from "../lib/setups.ts";
-import type { Link, LinkIdentity, LinkReceiver, WorkPullingController } from "../../mod.ts";
+import type { WorkPullingController } from "../../mod.ts";
+import { observeLinks } from "../lib/link_observer.ts";
 import { distribution } from "../lib/stats.ts";
 
 const { positionals } = commandLine({
@@ -126,35 +127,27 @@ console.log(
 const probe = { service: [] as number[], gaps: [] as number[], last: 0 };
 /** Time the controller's handling of each link's frames (see the module's prose). */
 function probeController(controller: WorkPullingController): void {
-  const attach = controller.attach.bind(controller);
-  controller.attach = (link: Link, identity?: LinkIdentity): LinkReceiver => {
+  observeLinks(controller, () => {
     let requestAt = 0;
-    const timed: Link = {
-      runtime: link.runtime,
-      send(frame) {
-        if (requestAt !== 0 && frame.startsWith('{"type":"jobs"')) {
-          probe.service.push(performance.now() - requestAt);
-          requestAt = 0;
-        }
-        link.send(frame);
-      },
-      close: (code, reason) => link.close(code, reason),
-    };
-    const receiver = attach(timed, identity);
     return {
-      receive(frame) {
+      received(frame) {
         const at = performance.now();
         if (probe.last !== 0) probe.gaps.push(at - probe.last);
         if (requestAt === 0 && typeof frame === "string" && frame.startsWith('{"type":"request"')) {
           requestAt = at;
         }
-        receiver.receive(frame);
+      },
+      handled() {
         probe.last = performance.now();
       },
-      closed: (code, reason) => receiver.closed(code, reason),
-      refuse: receiver.refuse?.bind(receiver),
+      sent(frame) {
+        if (requestAt !== 0 && frame.startsWith('{"type":"jobs"')) {
+          probe.service.push(performance.now() - requestAt);
+          requestAt = 0;
+        }
+      },
     };
-  };
+  });
 }
 
 const workpull = await WorkpullSetup.start(topology, {

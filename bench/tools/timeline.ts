@@ -24,7 +24,7 @@ import process from "node:process";
 import { BatchedRawSetup } from "../lib/batched_raw.ts";
 import { commandLine, numberArg } from "../lib/cli.ts";
 import type { Child, Report } from "../lib/proc.ts";
-import { runtimeVersion } from "../lib/runtime.ts";
+import { now, runtimeVersion } from "../lib/runtime.ts";
 import { type Setup, warmUp, WorkpullSetup } from "../lib/setups.ts";
 import {
   type FrameEvent,
@@ -32,9 +32,9 @@ import {
   LONG_GAP_MS,
   summarizeTurns,
   type TurnSummary,
-  wallNow,
 } from "../lib/timeline.ts";
-import type { Link, LinkIdentity, LinkReceiver, WorkPullingController } from "../../mod.ts";
+import type { WorkPullingController } from "../../mod.ts";
+import { observeLinks } from "../lib/link_observer.ts";
 
 const { values, positionals } = commandLine({
   usage: "deno run -A bench/tools/timeline.ts [processes] [perProcess] [--span=MS] [--events=N]",
@@ -68,29 +68,12 @@ const batchedFrames = new FrameRecorder(SERVER);
 
 /** Record the frames of every link the controller is given. */
 function recordController(controller: WorkPullingController): void {
-  const attach = controller.attach.bind(controller);
-  let sockets = 0;
-  controller.attach = (link: Link, identity?: LinkIdentity): LinkReceiver => {
-    const socket = sockets++;
-    const recorded: Link = {
-      runtime: link.runtime,
-      send(frame) {
-        link.send(frame);
-        workpullFrames.record(socket, "out", frame.length);
-      },
-      close: (code, reason) => link.close(code, reason),
-    };
-    const receiver = attach(recorded, identity);
-    return {
-      receive(frame) {
-        workpullFrames.record(socket, "in", typeof frame === "string" ? frame.length : 0);
-        receiver.receive(frame);
-        workpullFrames.record(socket, "done", 0);
-      },
-      closed: (code, reason) => receiver.closed(code, reason),
-      refuse: receiver.refuse?.bind(receiver),
-    };
-  };
+  observeLinks(controller, (socket) => ({
+    received: (frame) =>
+      workpullFrames.record(socket, "in", typeof frame === "string" ? frame.length : 0),
+    handled: () => workpullFrames.record(socket, "done", 0),
+    sent: (frame) => workpullFrames.record(socket, "out", frame.length),
+  }));
 }
 
 /** Run `setup` until a window armed in every process is over; the window's events. */
@@ -99,7 +82,7 @@ async function record(
   recorder: FrameRecorder,
   children: readonly Child[],
 ): Promise<FrameEvent[]> {
-  const from = wallNow() + LEAD_MS;
+  const from = now() + LEAD_MS;
   recorder.arm(from, span);
   for (const child of children) child.command({ cmd: "timeline", from, span });
   while (!recorder.over) await setup.run(ROUND_JOBS);

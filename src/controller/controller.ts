@@ -335,12 +335,11 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     this.#options = resolveControllerOptions(options);
     this.reportTo(this.#options.logger);
     this.#completed = new RecentMap(this.#options.dedupeWindow);
+    // A link that closes is forgotten (`#onLinkClosed`): only open links are owed a reply.
     this.#heard = new HeardReplies(
       this.#options.clock,
       (run) => this.#post(run),
-      (connection) => {
-        if (!connection.closed) connection.link.send(HEARD_FRAME);
-      },
+      (connection) => connection.link.send(HEARD_FRAME),
     );
     this.#incarnations = new Incarnations({
       maxRemembered: this.#options.maxIncarnationHistory,

@@ -82,9 +82,8 @@ export class HeardReplies<C> {
   }
 
   #replyAll(): void {
-    const owing = [...this.#owing];
+    for (const connection of this.#owing) this.#reply(connection);
     this.#owing.clear();
-    for (const connection of owing) this.#reply(connection);
     this.#hold = this.#clock.setTimeout(() => this.#post(this.#onTick), 0);
   }
 

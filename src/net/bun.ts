@@ -8,7 +8,9 @@
  * for an answer, is closed (Bun's `idleTimeout`); and a connection that has not completed a
  * request within about 10 s is closed whatever the options say (Bun's own header timeout,
  * measured at 12 s). Bun keeps accepting when accepts fail (out of descriptors), and closing a
- * socket with `terminate()` frees it at once.
+ * socket with `terminate()` frees it at once. To reuse a connection Bun receives the whole body
+ * of a request first, also one refused unread: `serveBun` answers those with `Connection: close`
+ * (`unread_body.ts`).
  *
  * @module
  */
@@ -17,6 +19,7 @@ import type { Context } from "hono";
 import type { WSEvents } from "hono/ws";
 import { upgradeWebSocket, websocket } from "hono/bun";
 import { buildWorkpullHono, DEFAULT_MAX_FRAME_BYTES, type WebSocketUpgrader } from "./app.ts";
+import { closingUnreadBodies } from "./unread_body.ts";
 import {
   closeOnShutdown,
   idleSeconds,
@@ -34,7 +37,7 @@ interface BunRuntime {
     port: number;
     hostname: string;
     idleTimeout: number;
-    fetch: (request: Request, server: unknown) => Response | Promise<Response>;
+    fetch: (request: Request, server: unknown) => Promise<Response | undefined>;
     websocket: BunWebSocketHandler;
   }): { readonly port?: number; stop(closeActiveConnections?: boolean): Promise<void> | void };
 }
@@ -137,7 +140,8 @@ export function serveBun(options: ServeOptions): WorkpullServer {
     port: listen.port,
     hostname: listen.hostname,
     idleTimeout: listen.httpIdleTimeoutSeconds,
-    fetch: root.fetch,
+    // A refused body is not received to its end: its connection closes (unread_body.ts).
+    fetch: closingUnreadBodies(root.fetch),
     websocket: bunWebSocket({
       idleTimeout: listen.idleTimeoutSeconds * 1000,
       maxPayloadLength: maxFrameBytes,

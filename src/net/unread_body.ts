@@ -18,7 +18,10 @@
  * @module
  */
 
-/** Statuses `json_body.ts` answers with when it stopped reading a body early. */
+/**
+ * The refusals of `json_body.ts` that may leave a body partly unread: 413 and 400 at the chunk that
+ * breaks a limit, 415 before reading (a 400 after a full read closes needlessly, and harmlessly).
+ */
 const CUT_SHORT = new Set([400, 413, 415]);
 
 /**

@@ -145,6 +145,7 @@ export {
   type JobQueueStats,
   type JobReceipt,
   type NewJobInput,
+  PauseChangedEvent,
 } from "./src/backlog/job_queue.ts";
 export {
   type BacklogCounts,

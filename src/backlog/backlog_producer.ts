@@ -11,6 +11,9 @@
  *   controller restarted) offers them again first, under the same MessageIDs, so the store's
  *   first-write-wins starts each try once.
  *
+ * Paused (`pause()`), it takes nothing from the store and leaves grants open: no new try starts,
+ * while the jobs already at workers run on. `resume()` answers the open grant.
+ *
  * @module
  */
 
@@ -55,6 +58,7 @@ export class BacklogProducer implements ProducerEndpoint {
   #answered: Answer | undefined;
   #stored: Answer | undefined;
   #closed = false;
+  #paused = false;
 
   /** Creates the producer over `store`. */
   constructor(store: JobStore, logger: Logger = defaultLogger) {
@@ -64,6 +68,23 @@ export class BacklogProducer implements ProducerEndpoint {
 
   /** Due jobs may be available: answer an open grant. */
   ready(): void {
+    this.#answer();
+  }
+
+  /** Whether grants are left open (see {@linkcode BacklogProducer.pause}). */
+  get paused(): boolean {
+    return this.#paused;
+  }
+
+  /** Take nothing more from the store until {@linkcode BacklogProducer.resume}. */
+  pause(): void {
+    this.#paused = true;
+  }
+
+  /** Answer grants again. */
+  resume(): void {
+    if (!this.#paused) return;
+    this.#paused = false;
     this.#answer();
   }
 
@@ -119,7 +140,7 @@ export class BacklogProducer implements ProducerEndpoint {
 
   #answer(): void {
     const grant = this.#grant;
-    if (!grant || this.#closed || this.#taking) return;
+    if (!grant || this.#closed || this.#paused || this.#taking) return;
     if (this.#carried.length > 0) {
       const jobs = this.#carried.splice(0, grant.maxJobs);
       return this.#produce(grant, jobs);

@@ -12,6 +12,11 @@
  * - the **controller** with `outcomes` on: workers report how each try ended, and the outcome
  *   rides with the confirmation into the store, which decides the job's next state.
  *
+ * A queue can be **paused**: the backlog producer then takes nothing from the store, so no new
+ * try starts, while jobs keep being added and the tries already at workers run to their end. A
+ * durable store persists the pause (`readPaused`/`writePaused`): it outlives a restart, and a
+ * shared flow's other instances follow it within their lease round.
+ *
  * @module
  */
 
@@ -114,18 +119,42 @@ export class JobChangedEvent extends Event {
   }
 }
 
+/**
+ * The queue was paused or resumed (here, or by another instance of a shared flow).
+ *
+ * @example
+ * ```ts
+ * import { PauseChangedEvent } from "./job_queue.ts";
+ * const event = new PauseChangedEvent(true);
+ * console.assert(event.type === "pause" && event.paused);
+ * ```
+ */
+export class PauseChangedEvent extends Event {
+  /** Creates the event. */
+  constructor(
+    /** Whether the queue is paused now. */
+    readonly paused: boolean,
+  ) {
+    super("pause");
+  }
+}
+
 /** The events of a {@linkcode JobQueue}. */
 export interface JobQueueEventMap {
   /** A job changed state. */
   job: JobChangedEvent;
   /** A running job reported progress. */
   progress: ProgressEvent;
+  /** The queue was paused or resumed. */
+  pause: PauseChangedEvent;
 }
 
 /** What a job queue's stats add to the controller's. */
 export interface JobQueueStats extends ControllerStats {
   /** How many jobs are where in the backlog. */
   readonly backlog: BacklogCounts;
+  /** Whether the queue is paused: no new try starts (see {@linkcode JobQueue.pause}). */
+  readonly paused: boolean;
 }
 
 interface Waiter {
@@ -207,6 +236,7 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
       stats: () => this.controller.stats(),
       cancelRequested: (id) => void this.controller.cancel(id),
       fenced: (error) => this.controller.fail(error, "lease"),
+      pausedChanged: (paused) => this.#setPaused(paused),
     });
     this.controller.addEventListener("progress", (event) => {
       this.#progress.set(event.messageId, event.value);
@@ -219,9 +249,35 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
     return this.controller.name;
   }
 
-  /** Load the store and start serving workers. */
-  start(): Promise<void> {
-    return this.controller.start();
+  /**
+   * Load the store and start serving workers. A durable store's pause is read first: a queue
+   * paused before a restart starts paused.
+   */
+  async start(): Promise<void> {
+    if (this.store.readPaused) this.#setPaused(await this.store.readPaused());
+    await this.controller.start();
+  }
+
+  /** Whether the queue is paused (see {@linkcode JobQueue.pause}). */
+  get paused(): boolean {
+    return this.#producer.paused;
+  }
+
+  /**
+   * Pause the queue: no new try starts until {@linkcode JobQueue.resume}. Jobs are still added
+   * (they wait), and the tries already handed to workers (up to each worker's window) run to
+   * their end. With a durable store the pause is persisted before this resolves: it outlives a
+   * restart, and every instance of a shared flow follows it within its lease round.
+   */
+  async pause(): Promise<void> {
+    await this.store.writePaused?.(true);
+    this.#setPaused(true);
+  }
+
+  /** Resume a paused queue: waiting jobs go to workers again (persisted like the pause). */
+  async resume(): Promise<void> {
+    await this.store.writePaused?.(false);
+    this.#setPaused(false);
   }
 
   /**
@@ -302,9 +358,9 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
     });
   }
 
-  /** The controller's figures and the backlog's counts. */
+  /** The controller's figures, the backlog's counts and whether the queue is paused. */
   stats(): JobQueueStats {
-    return { ...this.controller.stats(), backlog: this.store.counts() };
+    return { ...this.controller.stats(), backlog: this.store.counts(), paused: this.paused };
   }
 
   /**
@@ -329,6 +385,13 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
     await this.controller.close();
     await this.#leave();
     this.store.close();
+  }
+
+  #setPaused(paused: boolean): void {
+    if (paused === this.#producer.paused) return;
+    if (paused) this.#producer.pause();
+    else this.#producer.resume();
+    this.dispatchEvent(new PauseChangedEvent(paused));
   }
 
   /** A shared store hands what this instance still holds back to the other instances. */

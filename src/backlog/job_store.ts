@@ -95,6 +95,11 @@ export interface JobStoreListener {
    * lapsed); every write of this instance now fails until it loads again, so the owner stops.
    */
   fenced?(error: Error): void;
+  /**
+   * Optional, for a shared store: another process paused or resumed the flow (its pause flag
+   * changed); the owner stops or restarts handing out jobs.
+   */
+  pausedChanged?(paused: boolean): void;
 }
 
 /** One instance of a flow that several processes share (see `DenoKvClusterStore`). */
@@ -218,6 +223,16 @@ export interface JobStore extends DurableWorkQueue {
    * leave the flow now, rather than when its lease lapses.
    */
   leave?(): Promise<void>;
+  /**
+   * Optional, for a durable store: whether the flow is paused, as persisted (a pause outlives
+   * the process that set it). A store without it keeps no pause: the owner holds it in memory.
+   */
+  readPaused?(): Promise<boolean>;
+  /**
+   * Optional, with `readPaused`: persist a pause (true) or a resume (false) for every process of
+   * the flow; resolves once it is durable.
+   */
+  writePaused?(paused: boolean): Promise<void>;
   /** Stop timers and drop listeners (the store's data stays). */
   close(): void;
 }

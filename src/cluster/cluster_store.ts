@@ -16,7 +16,8 @@
  *   limits and retry `database is locked`.
  *
  * Timers (on the store's clock): a lease round every `renewInterval` (renew, read the registry,
- * take over lapsed instances, pick up cancel requests, refresh `counts()`), at a steady cadence:
+ * take over lapsed instances, pick up cancel requests, refresh `counts()`, read the flow's pause
+ * flag: a pause or resume on one instance reaches the others within it), at a steady cadence:
  * while a round is still busy (a takeover of many jobs on a busy KV) the tick renews the lease
  * alone, so slow work never lets this instance's own lease lapse; and, while the
  * controller has an open grant that found nothing due, a poll of the backlog at most every
@@ -60,6 +61,7 @@ import type {
 import { resolveStoreSettings, type StoreSettingsOptions } from "../backlog/store_settings.ts";
 import { type BacklogNotice, SharedBacklog } from "./backlog.ts";
 import { ClusterKeys } from "./keys.ts";
+import { PauseFlag } from "../backlog/deno_kv/pause_flag.ts";
 import type { ClusterKvLike } from "./kv_writes.ts";
 import { InstanceQueue } from "./instance_queue.ts";
 import { Leases, type ListedLease, type Takeover } from "./leases.ts";
@@ -222,6 +224,11 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
   readonly #leaseTtl: number;
   /** No takeovers before this time (after this instance's own lease had lapsed). */
   #restraintUntil = 0;
+  readonly #pauseFlag: PauseFlag;
+  /** The pause flag as this instance last read or wrote it (undefined: not read yet). */
+  #paused: boolean | undefined;
+  /** Pause flag writes and reads by the owner: a round's read that one overtook is stale. */
+  #pauseChanges = 0;
 
   /** Wraps a KV handle; throws an error naming a bad option. */
   constructor(kv: ClusterKvLike, options: DenoKvClusterStoreOptions = {}) {
@@ -271,6 +278,7 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
     }
     const prefix = new KvQueueLayout(options.prefix ?? ["workpull"]).prefix; // validates it
     const keys = new ClusterKeys(prefix);
+    this.#pauseFlag = new PauseFlag(kv, prefix);
     this.#backlog = new SharedBacklog(kv, keys, this.settings, this.clock);
     const placement = {
       keys,
@@ -474,6 +482,23 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
     return this.#round;
   }
 
+  /** Whether the flow is paused (see `JobQueue.pause`); read from KV. */
+  async readPaused(): Promise<boolean> {
+    this.#pauseChanges += 1;
+    const paused = await this.#pauseFlag.read();
+    this.#pauseChanges += 1;
+    this.#paused = paused;
+    return paused;
+  }
+
+  /** Persist a pause (true) or a resume (false) for every instance of the flow. */
+  async writePaused(paused: boolean): Promise<void> {
+    this.#pauseChanges += 1;
+    await this.#pauseFlag.write(paused, this.clock.now());
+    this.#pauseChanges += 1;
+    this.#paused = paused;
+  }
+
   /** Hand this instance's jobs back to the shared backlog and remove its lease now. */
   async leave(): Promise<void> {
     this.#stopTimers();
@@ -510,7 +535,14 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
       }
     }
     this.#counts = await this.#backlog.counts(this.clock.now());
-    if (queue.fenced) this.#reportFenced();
+    if (queue.fenced) return this.#reportFenced();
+    if (this.#paused === undefined) return; // the owner has not read it yet (it reads at start)
+    const changes = this.#pauseChanges;
+    const paused = await this.#pauseFlag.read();
+    if (changes === this.#pauseChanges && paused !== this.#paused) {
+      this.#paused = paused;
+      this.#listener?.pausedChanged?.(paused);
+    }
   }
 
   /** Renew this instance's lease (one renewal at a time); false when it was fenced. */

@@ -14,6 +14,8 @@
  * [P, "owned", instance, id]               the jobs an instance holds (claimed or trying)
  * [P, "cursor", instance]                  the instance's work-queue append cursor
  * [P, "cancel", instance, id]              a cancel request for a job the instance holds
+ * [P, "paused"]                            {"paused":bool,"at":ms}: the flow's pause flag, shared
+ *                                          with the single-instance store (`pause_flag.ts`)
  * ```
  *
  * Ready entries sort by band (higher priority first, because the band is the negated

@@ -17,6 +17,7 @@ import { resolveStoreSettings } from "../store_settings.ts";
 import type { KvKey, KvLike } from "../../queue/deno_kv/port.ts";
 import { KvQueueLayout } from "../../queue/deno_kv/layout.ts";
 import { DenoKvJournal } from "./journal.ts";
+import { PauseFlag } from "./pause_flag.ts";
 
 /** Options of {@linkcode DenoKvJobStore}. */
 export interface DenoKvJobStoreOptions extends JobStoreEngineOptions {
@@ -47,6 +48,8 @@ const OWNER = "DenoKvJobStore";
  * ```
  */
 export class DenoKvJobStore extends JobStoreEngine {
+  readonly #pauseFlag: PauseFlag;
+
   /** Wraps a KV handle; throws an error naming a bad option. */
   constructor(kv: KvLike, options: DenoKvJobStoreOptions = {}) {
     if (
@@ -63,5 +66,16 @@ export class DenoKvJobStore extends JobStoreEngine {
       maxOperations: 500,
       maxBytes: 512 * 1024,
     });
+    this.#pauseFlag = new PauseFlag(kv, prefix);
+  }
+
+  /** Whether the flow is paused (see `JobQueue.pause`); read from KV. */
+  readPaused(): Promise<boolean> {
+    return this.#pauseFlag.read();
+  }
+
+  /** Persist a pause (true) or a resume (false) of the flow. */
+  writePaused(paused: boolean): Promise<void> {
+    return this.#pauseFlag.write(paused, this.clock.now());
   }
 }

@@ -157,6 +157,8 @@ test("the command's --help lists every command; each command has --help", async 
       "dead-letters list",
       "dead-letters retry",
       "dead-letters delete",
+      "pause",
+      "resume",
       "demo",
     ];
     for (const command of commands) {
@@ -215,7 +217,7 @@ test("an unknown flag, a bad value or a missing argument is named, with exit cod
   }
 });
 
-test("jobs get|cancel and dead-letters list|retry|delete against a served job queue", async () => {
+test("jobs get|cancel, dead-letters list|retry|delete and pause|resume against a served job queue", async () => {
   const queue = new JobQueue({
     name: "jobs",
     store: new MemoryJobStore({ defaults: { attempts: 1 } }),
@@ -263,6 +265,17 @@ test("jobs get|cancel and dead-letters list|retry|delete against a served job qu
     assert.notEqual((await queue.get("poison"))?.state, "dead");
     const gone = await inProcess(["dead-letters", "delete", ...flags, "poison"]);
     assert.deepEqual([gone.code, gone.err], [1, "error: no dead job poison in flow jobs"]);
+
+    // Pause and resume: the server's queue follows, and `stats` says so.
+    const paused = await inProcess(["pause", ...flags]);
+    assert.equal(paused.code, 0, paused.err);
+    assert.equal(paused.out, "flow jobs paused: no new job starts until `resume`");
+    assert.equal(queue.paused, true);
+    assert.match((await inProcess(["stats", ...flags])).out, /^flow jobs \(running, paused\)$/m);
+    const resumed = await inProcess(["resume", ...flags]);
+    assert.deepEqual([resumed.code, resumed.out], [0, "flow jobs resumed"]);
+    assert.equal(queue.paused, false);
+    assert.match((await inProcess(["stats", ...flags])).out, /^flow jobs \(running\)$/m);
 
     const unauthorized = await inProcess(["stats", "--url", url, "--token", "wp1.e30.AAAA"]);
     assert.equal(unauthorized.code, 3);

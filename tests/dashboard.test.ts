@@ -10,7 +10,8 @@ import assert from "node:assert/strict";
 import { connectInProcess, JobQueue, MemoryJobStore, WorkerEndpoint } from "../mod.ts";
 import { createWorkpullApp, signToken } from "../server.ts";
 import { connectWorker } from "../client.ts";
-import type { DashboardSnapshot } from "../src/dashboard/snapshot.ts";
+import { type DashboardSnapshot, SnapshotSource } from "../src/dashboard/snapshot.ts";
+import { FlowMetrics } from "../src/metrics/flow_metrics.ts";
 import { LiveStreams } from "../src/dashboard/live_stream.ts";
 import type { SSEStreamingApi } from "hono/streaming";
 import { prng, runtime, SECRET, serve } from "./fixtures/net_support.ts";
@@ -193,6 +194,10 @@ describe("the live stream", () => {
       assert.equal(later.failures![0].id, "job-5");
       assert.equal(later.failures![0].state, "dead");
       assert.equal(later.rate.seconds, 300);
+      assert.equal(later.paused, false);
+      // A pause shows in the next snapshot.
+      await queue.pause();
+      await reader.until((e) => snapshotOf(e)?.paused === true || undefined, "a paused snapshot");
     } finally {
       await reader?.cancel();
       await worker?.close();
@@ -490,6 +495,27 @@ describe("the dashboard in process", () => {
     } finally {
       await reader.cancel();
       await worker.close();
+      await queue.close();
+    }
+  });
+
+  test("a plain controller's snapshot has no pause (the page shows no pause button)", async () => {
+    const { BufferedProducer, WorkPullingController } = await import("../mod.ts");
+    const controller = new WorkPullingController({
+      name: "plain",
+      producer: new BufferedProducer(),
+    });
+    const source = new SnapshotSource({ controller, metrics: FlowMetrics.of({ controller }) });
+    assert.equal("paused" in source.snapshot(), false);
+    const queue = await jobQueue();
+    try {
+      const queued = new SnapshotSource({
+        controller: queue.controller,
+        queue,
+        metrics: FlowMetrics.of({ controller: queue.controller, queue }),
+      });
+      assert.equal(queued.snapshot().paused, false);
+    } finally {
       await queue.close();
     }
   });

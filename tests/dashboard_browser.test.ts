@@ -3,8 +3,9 @@
  * opens the page served by the app on a real loopback server, refuses a worker token, logs in
  * with a client token (kept for the tab across a reload), shows the workers of a real worker
  * connected over a real loopback WebSocket, follows the jobs as they run (counts, totals, the
- * throughput chart), and its retry button brings a dead letter back to life (the job runs
- * again and completes). A screenshot is saved under `tests/.artifacts/`.
+ * throughput chart), its retry button brings a dead letter back to life (the job runs again and
+ * completes), and its pause button pauses and resumes the queue. A screenshot is saved under
+ * `tests/.artifacts/`.
  *
  * Skipped when Chromium is not installed (CI installs it: there a missing one fails).
  */
@@ -171,6 +172,17 @@ test("the dashboard in Chromium: login, live updates as jobs run, a dead letter 
       async () => (await text("#totals")).includes("80 completed"),
       "80 completed in the page",
     );
+
+    // The pause button: the queue pauses, the badge says so, and the button resumes it.
+    assert.equal(await text("#pause"), "Pause");
+    await page.click("#pause");
+    await waitFor(() => queue.paused, "the queue to pause");
+    await waitFor(async () => (await text("#state")) === "running, paused", "the paused badge");
+    assert.equal(await text("#pause"), "Resume");
+    await page.click("#pause");
+    await waitFor(() => !queue.paused, "the queue to resume");
+    await waitFor(async () => (await text("#state")) === "running", "the running badge");
+    assert.equal(await text("#pause"), "Pause");
 
     // Logging out forgets the token.
     await page.click("#logout");

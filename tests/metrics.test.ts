@@ -59,6 +59,10 @@ describe("GET /metrics", () => {
       let m = await scrape(app);
       assert.equal(m.value("workpull_jobs_submitted_total", flow), 3);
       assert.equal(m.value("workpull_backlog_jobs", { ...flow, state: "waiting" }), 3);
+      assert.equal(m.value("workpull_paused", flow), 0);
+      await queue.pause();
+      assert.equal((await scrape(app)).value("workpull_paused", flow), 1);
+      await queue.resume();
       assert.equal(m.value("workpull_workers", flow), 0);
       assert.equal(m.value("workpull_jobs_completed_total", flow), 0);
       assert.equal(m.value("workpull_job_run_seconds_count", flow), 0);
@@ -142,6 +146,7 @@ describe("GET /metrics", () => {
       assert.equal(m.value("workpull_jobs_confirmed_total", { flow: "jobs" }), 3);
       assert.equal(m.value("workpull_job_run_seconds_count", { flow: "jobs" }), 3);
       assert.equal(m.types.has("workpull_backlog_jobs"), false);
+      assert.equal(m.types.has("workpull_paused"), false);
       assert.equal(m.types.has("workpull_job_wait_seconds"), false);
       assert.equal(m.types.has("workpull_jobs_dead_total"), false);
     } finally {

@@ -16,11 +16,21 @@ import { parseExposition } from "./support/prometheus.ts";
 /** An upgrader for in-memory tests: HTTP routes only, no upgrade ever happens. */
 const noUpgrade = () => async (_c: unknown, next: () => Promise<void>) => await next();
 
-async function setup(store = new MemoryJobStore()) {
+async function setup(store = new MemoryJobStore(), logged: unknown[][] | undefined = undefined) {
   const queue = new JobQueue({ name: "jobs", store });
   await queue.start();
   const app = createWorkpullApp({
     queue,
+    ...(logged
+      ? {
+        logger: {
+          error: (...args: unknown[]) => void logged.push(args),
+          warn() {},
+          info() {},
+          debug() {},
+        },
+      }
+      : {}),
     upgradeWebSocket: noUpgrade,
     auth: { secret: SECRET },
     maxJobsPerRequest: 10,
@@ -217,6 +227,52 @@ describe("job routes", () => {
     }
   });
 
+  test("POST /pause stops new tries, jobs are still added, POST /resume runs them; a store that cannot persist it answers 503 and changes nothing", async () => {
+    const s = await setup();
+    try {
+      assert.deepEqual(await (await s.call("POST", "/pause")).json(), { paused: true });
+      assert.deepEqual(await (await s.call("POST", "/pause")).json(), { paused: true });
+      const ran: unknown[] = [];
+      s.worker((payload) => void ran.push(payload));
+      assert.equal((await s.call("POST", "/jobs", { payload: 1, messageId: "a" })).status, 201);
+      // The worker's demand is open and the job waits: the paused queue takes nothing.
+      await waitFor(() => s.queue.controller.stats().workers[0]?.window > 0, "the worker's demand");
+      const paused = await (await s.call("GET", "/stats")).json();
+      assert.equal(paused.paused, true);
+      assert.deepEqual([paused.backlog.waiting, paused.backlog.active], [1, 0]);
+      assert.equal((await (await s.call("GET", "/jobs/a")).json()).state, "waiting");
+      assert.deepEqual(await (await s.call("POST", "/resume")).json(), { paused: false });
+      await waitFor(
+        async () => (await (await s.call("GET", "/jobs/a")).json()).state === "completed",
+        "a ran after the resume",
+      );
+      assert.deepEqual(ran, [1]);
+    } finally {
+      await s.close();
+    }
+    class UnwritableStore extends MemoryJobStore {
+      readPaused() {
+        return Promise.resolve(false);
+      }
+      writePaused(): Promise<void> {
+        return Promise.reject(new Error("the disk is gone"));
+      }
+    }
+    const logged: unknown[][] = [];
+    const failing = await setup(new UnwritableStore(), logged);
+    try {
+      const response = await failing.call("POST", "/pause");
+      assert.equal(response.status, 503);
+      assert.equal(response.headers.get("retry-after"), "1");
+      assert.deepEqual(await response.json(), { error: "unavailable" });
+      assert.equal(failing.queue.paused, false);
+      assert.match(String(logged[0]?.[0]), /pausing the queue failed/);
+      assert.match(String(logged[0]?.[1]), /the disk is gone/);
+    } finally {
+      await failing.close();
+    }
+  });
+
   test("every job route needs a client token", async () => {
     const s = await setup();
     try {
@@ -229,6 +285,8 @@ describe("job routes", () => {
         ["POST", "/dead-letters/a/retry"],
         ["POST", "/dead-letters/retry"],
         ["DELETE", "/dead-letters/a"],
+        ["POST", "/pause"],
+        ["POST", "/resume"],
         ["GET", "/stats"],
       ];
       for (const [method, path, body] of routes) {
@@ -245,6 +303,7 @@ describe("job routes", () => {
       }
       const stats = await (await s.call("GET", "/stats")).json();
       assert.deepEqual(stats.backlog, { waiting: 0, scheduled: 0, failed: 0, active: 0, dead: 0 });
+      assert.equal(stats.paused, false, "a refused pause changed nothing");
     } finally {
       await s.close();
     }
@@ -310,6 +369,9 @@ describe("job routes", () => {
             ["GET", `/dead-letters?limit=${encodeURIComponent(String(value()))}`],
             ["POST", `/dead-letters/${id}/retry`],
             ["DELETE", `/dead-letters/${id}`],
+            ["POST", "/pause"],
+            ["POST", "/resume"],
+            ["POST", `/pause/${id}`],
             // The observing routes, between the job operations.
             ["GET", "/metrics"],
             ["GET", `/metrics?name=${id}`],
@@ -329,6 +391,9 @@ describe("job routes", () => {
       }
       assert.ok(stored > 10, `${stored} submissions stored`);
       assert.equal(s.queue.controller.state, "running");
+      // Paused or not, as the last of the random pauses and resumes left it; resumed, it runs.
+      assert.equal((await (await s.call("GET", "/stats")).json()).paused, s.queue.paused);
+      assert.deepEqual(await (await s.call("POST", "/resume")).json(), { paused: false });
       // The metrics still read back, and counted the jobs stored.
       const metrics = parseExposition(await (await s.call("GET", "/metrics")).text());
       assert.ok(metrics.value("workpull_jobs_submitted_total", { flow: "jobs" }) > 0);

@@ -20,6 +20,7 @@ import { runSubmit, submitSpec } from "./submit.ts";
 import { runStats, statsSpec } from "./stats.ts";
 import { jobsCancelSpec, jobsGetSpec, runJob } from "./jobs.ts";
 import { deadDeleteSpec, deadListSpec, deadRetrySpec, runDeadLetters } from "./dead_letters.ts";
+import { pauseSpec, resumeSpec, runPause } from "./pause.ts";
 import { demoSpec, runDemo } from "./demo.ts";
 
 /** A subcommand: its spec and what runs it. */
@@ -40,6 +41,8 @@ const COMMANDS: readonly Command[] = [
   { spec: deadListSpec, run: (args) => runDeadLetters(args, "list") },
   { spec: deadRetrySpec, run: (args) => runDeadLetters(args, "retry") },
   { spec: deadDeleteSpec, run: (args) => runDeadLetters(args, "delete") },
+  { spec: pauseSpec, run: (args) => runPause(args, true) },
+  { spec: resumeSpec, run: (args) => runPause(args, false) },
   { spec: demoSpec, run: runDemo },
 ];
 

@@ -1,7 +1,7 @@
 /**
  * `workpull stats`: what a flow's server says about it (`GET /stats`): its workers with their
- * windows, jobs in flight and confirmed, the backlog's counts and the controller's totals. As a
- * short summary, or the server's JSON with `--json`.
+ * windows, jobs in flight and confirmed, the backlog's counts (and whether the flow is paused) and
+ * the controller's totals. As a short summary, or the server's JSON with `--json`.
  *
  * @module
  */
@@ -23,6 +23,7 @@ interface Stats {
   workers?: { worker: string; window: number; inFlight: number; confirmed: number }[];
   totals?: Record<string, number>;
   backlog?: Record<string, number>;
+  paused?: boolean;
 }
 
 /** Run `stats`. */
@@ -40,7 +41,8 @@ export function summary(flow: string, stats: Stats): string {
   }
   const counts = (record: Record<string, number> | undefined) =>
     Object.entries(record ?? {}).map(([key, value]) => `${value} ${key}`).join(", ");
-  const lines = [`flow ${stats.name ?? flow}${stats.state ? ` (${stats.state})` : ""}`];
+  const state = [stats.state, stats.paused ? "paused" : undefined].filter(Boolean).join(", ");
+  const lines = [`flow ${stats.name ?? flow}${state ? ` (${state})` : ""}`];
   if (stats.backlog) lines.push(`  backlog: ${counts(stats.backlog)}`);
   if (stats.totals) lines.push(`  since the server started: ${counts(stats.totals)}`);
   lines.push(`  workers: ${stats.workers.length}`);

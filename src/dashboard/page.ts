@@ -126,6 +126,7 @@ export function dashboardPage(options: PageOptions): string {
 <header>
 <h1>workpull <span id="flow"></span></h1>
 <span id="state" class="badge">–</span>
+<button id="pause" type="button" hidden>Pause</button>
 <span id="live" class="badge off">signed out</span>
 <button id="logout" type="button" hidden>Log out</button>
 </header>

@@ -13,7 +13,8 @@
  *    workers, recent failures and dead letters. Rows are updated in place, keyed by name or
  *    MessageID, and every text goes through `textContent` (nothing the server sends is parsed
  *    as HTML).
- * 4. **Retry buttons** call `POST <base>/dead-letters/:id/retry` with the same token.
+ * 4. **Retry buttons** call `POST <base>/dead-letters/:id/retry` with the same token; the
+ *    **pause button** of a job queue calls `POST <base>/pause` or `POST <base>/resume`.
  *
  * It is plain ES2020 for evergreen browsers; the Chromium test (`tests/dashboard_browser`)
  * drives it.
@@ -51,6 +52,7 @@ export const DASHBOARD_SCRIPT = String.raw`
     stop();
     $("board").hidden = true;
     $("logout").hidden = true;
+    $("pause").hidden = true;
     $("login").hidden = false;
     $("login-error").textContent = message || "";
     setLive("off", "signed out");
@@ -180,8 +182,13 @@ export const DASHBOARD_SCRIPT = String.raw`
   function render(s) {
     $("flow").textContent = s.flow;
     const state = $("state");
-    state.textContent = s.state;
-    state.className = "badge " + (s.state === "running" ? "on" : "off");
+    // A paused job queue runs, but starts no new try: say so where the state is.
+    state.textContent = s.paused ? s.state + ", paused" : s.state;
+    state.className = "badge " + (s.state === "running" && !s.paused ? "on" : "off");
+    const pause = $("pause");
+    pause.hidden = s.paused === undefined; // a plain controller has no pause
+    if (!pausing) pause.textContent = s.paused ? "Resume" : "Pause";
+    pause.dataset.paused = String(Boolean(s.paused));
     const counts = s.counts;
     for (const name of ["waiting", "scheduled", "retrying", "active", "dead", "pending", "inFlight"]) {
       const card = $("count-" + name);
@@ -274,6 +281,35 @@ export const DASHBOARD_SCRIPT = String.raw`
       (response ? " (HTTP " + response.status + ")" : "") + ".";
   }
 
+  let pausing = false;
+
+  async function togglePause() {
+    const button = $("pause");
+    const resume = button.dataset.paused === "true";
+    pausing = true;
+    button.disabled = true;
+    let response;
+    try {
+      response = await fetch(base + (resume ? "/resume" : "/pause"), {
+        method: "POST",
+        headers: { authorization: "Bearer " + token },
+      });
+    } catch (error) {
+      response = undefined;
+    }
+    pausing = false;
+    button.disabled = false;
+    if (response && response.status === 401) return logout("The token was refused.");
+    if (response && response.ok) {
+      const body = await response.json();
+      button.dataset.paused = String(body.paused);
+      button.textContent = body.paused ? "Resume" : "Pause";
+      return;
+    }
+    $("notice").textContent = (resume ? "Resuming" : "Pausing") + " failed" +
+      (response ? " (HTTP " + response.status + ")" : "") + ".";
+  }
+
   function svg(name, attributes, text) {
     const element = document.createElementNS(SVG, name);
     for (const key in attributes) element.setAttribute(key, attributes[key]);
@@ -334,6 +370,7 @@ export const DASHBOARD_SCRIPT = String.raw`
     start();
   });
   $("logout").addEventListener("click", () => logout(""));
+  $("pause").addEventListener("click", togglePause);
   if (token) start();
   else showLogin("");
 })();

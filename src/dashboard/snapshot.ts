@@ -57,6 +57,8 @@ export interface DashboardSnapshot {
   readonly flow: string;
   /** The controller's state. */
   readonly state: string;
+  /** Whether the job queue is paused: no new try starts (job queues only). */
+  readonly paused?: boolean;
   /** When this was taken, Unix ms. */
   readonly at: number;
   /** Up to 200 worker endpoints, in round-robin order. */
@@ -144,6 +146,7 @@ export class SnapshotSource {
     return {
       flow: stats.name,
       state: stats.state,
+      ...(this.#queue ? { paused: (stats as JobQueueStats).paused } : {}),
       at: now,
       workers: all.slice(0, MAX_WORKERS).map((w) => ({
         name: w.worker,

@@ -8,7 +8,8 @@
  *   the controller's `frame-rejected` events the rejected frames by reason, and the network
  *   edge's reports the frames it refused before the controller saw them (a flood, and on Bun a
  *   frame the runtime cut for its size);
- * - **gauges read when asked**: connected workers, the backlog's counts, the pool, in flight;
+ * - **gauges read when asked**: connected workers, the backlog's counts, whether a job queue is
+ *   paused, the pool, in flight;
  * - **two histograms**: how long a try waited from when it was due (submitted, or its delay or
  *   backoff over) to when it started (a job queue's `active` event has both times), and how
  *   long a job took at its worker as the controller sees it (its confirmation watcher).
@@ -223,6 +224,13 @@ export class FlowMetrics {
           }))
           : [],
       ),
+      ...(queued
+        ? [gauge(
+          "paused",
+          "1 while the job queue is paused (no new try starts), else 0.",
+          one((stats as JobQueueStats).paused ? 1 : 0),
+        )]
+        : []),
       gauge("pending_jobs", "Jobs accepted and waiting for worker demand.", one(stats.pending)),
       gauge(
         "in_flight_jobs",

@@ -8,7 +8,7 @@
  * |---|---|---|
  * | `GET /workers` | WebSocket upgrade for worker endpoints (subprotocol `workpull.v1`) | worker token |
  * | `GET /stats` | JSON snapshot: workers, pending, totals (and the backlog of a job queue) | client token |
- * | `POST /jobs`, `GET` and `DELETE /jobs/:id`, `/dead-letters...` | a job queue's routes (`job_routes.ts`) | client token |
+ * | `POST /jobs`, `GET` and `DELETE /jobs/:id`, `/dead-letters...`, `POST /pause`, `POST /resume` | a job queue's routes (`job_routes.ts`) | client token |
  * | `GET /` and `GET /events` | the live dashboard and its event stream (`src/dashboard/`) | client token (the stream) |
  * | `GET /metrics` | Prometheus metrics (`src/metrics/`) | client token, or none when public |
  *

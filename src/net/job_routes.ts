@@ -10,12 +10,16 @@
  * | `POST /dead-letters/:id/retry` | a fresh set of tries for one | `200`, `404` |
  * | `POST /dead-letters/retry` | ... for all | `200` `{ retried }` |
  * | `DELETE /dead-letters/:id` | forget one | `204`, `404` |
+ * | `POST /pause` | start no new try (jobs are still added; running tries end) | `200` `{ paused: true }` |
+ * | `POST /resume` | start tries again | `200` `{ paused: false }` |
  *
  * `POST /jobs` answers as soon as the jobs are in the store (with a durable store: once they
  * survive a crash), whether or not a worker is online. A batch is all or nothing: one invalid
  * job (the answer names `jobs.<index>.<field>`) or a full backlog refuses it whole. Every route
  * needs a client token (the app's guard runs first); bodies are read with every limit checked
- * before the work it protects (`json_body.ts`).
+ * before the work it protects (`json_body.ts`). A pause or resume answers once it is persisted
+ * (with a durable store: it outlives a restart and reaches every instance of a shared flow);
+ * `GET /stats` shows `paused`.
  *
  * @module
  */
@@ -133,6 +137,19 @@ export function addJobRoutes(app: Hono, options: JobRoutesOptions): void {
   app.delete("/dead-letters/:id", guard("jobs"), async (c) => {
     return (await queue.deleteDead(c.req.param("id"))) ? c.body(null, 204) : notFound(c);
   });
+
+  for (const paused of [true, false]) {
+    app.post(paused ? "/pause" : "/resume", guard("jobs"), async (c) => {
+      try {
+        await (paused ? queue.pause() : queue.resume());
+      } catch (error) {
+        options.logger.error(`${paused ? "pausing" : "resuming"} the queue failed`, error);
+        c.header("Retry-After", "1");
+        return c.json({ error: "unavailable" }, 503);
+      }
+      return c.json({ paused: queue.paused });
+    });
+  }
 }
 
 function notFound(c: Context) {

@@ -141,6 +141,69 @@ test("serve, token, worker, submit and stats run as separate processes", {
   }
 });
 
+test("a pause outlives a SIGKILLed server: restarted on its KV file, it starts paused", {
+  timeout: 180_000,
+}, async () => {
+  const cwd = tempDir();
+  const processes: CliProcess[] = [];
+  const start = (args: string[]) => {
+    const child = new CliProcess(args, { cwd, env: { WORKPULL_SECRET: "" } });
+    processes.push(child);
+    return child;
+  };
+  const listening = async (server: CliProcess) => {
+    await waitFor(
+      () => /^listening on http:\/\/127\.0\.0\.1:\d+\/$/m.test(server.stdout),
+      () => `the server's first line\n${server.stdout}\n${server.stderr}`,
+      60_000,
+    );
+    return server.stdout.match(/^listening on (\S+)/m)![1];
+  };
+  try {
+    const first = start(["serve", "--port", "0"]);
+    let url = await listening(first);
+    const paused = await runCli(["pause", "--url", url], { cwd });
+    assert.equal(paused.code, 0, paused.stderr);
+    const submitted = await runCli(["submit", "--url", url, "--id", "p1", '{"n":1}'], { cwd });
+    assert.equal(submitted.code, 0, submitted.stderr);
+    first.signal("SIGKILL");
+    await within(first.exited, "the server to die", 15_000);
+
+    const second = start(["serve", "--port", "0"]);
+    url = await listening(second);
+    const shown = await runCli(["stats", "--url", url], { cwd });
+    assert.match(shown.stdout, /^flow jobs \(running, paused\)$/m, shown.stdout);
+    const worker = start(["worker", "--url", url, "--name", "w", HANDLER]);
+    const client = (await runCli(["token"], { cwd })).stdout.trim();
+    const stats = async () =>
+      await (await fetch(new URL("flows/jobs/stats", url), {
+        headers: { authorization: `Bearer ${client}` },
+      })).json();
+    await waitFor(
+      async () => (await stats()).workers[0]?.window > 0,
+      () => `the worker's demand\n${second.stderr}\n${worker.stderr}`,
+      60_000,
+    );
+    assert.deepEqual((await stats()).backlog, {
+      waiting: 1,
+      scheduled: 0,
+      failed: 0,
+      active: 0,
+      dead: 0,
+    });
+    const resumed = await runCli(["resume", "--url", url], { cwd });
+    assert.equal(resumed.code, 0, resumed.stderr);
+    await waitFor(
+      () => /^job p1 \(try 1\): 1 \* 2$/m.test(worker.stdout),
+      () => `p1 to run after the resume\n${worker.stdout}`,
+      60_000,
+    );
+  } finally {
+    await Promise.all(processes.map((child) => child.kill()));
+    rmSync(cwd, { recursive: true, force: true });
+  }
+});
+
 test("the command's --help lists every command; each command has --help", async () => {
   const cwd = tempDir();
   try {

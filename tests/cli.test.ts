@@ -40,6 +40,14 @@ async function inProcess(argv: string[]): Promise<{ code: number; out: string; e
   }
 }
 
+/** The flow `jobs`' `GET /stats` on the server at `url`. */
+async function statsOf(url: string, client: string) {
+  const response = await fetch(new URL("flows/jobs/stats", url), {
+    headers: { authorization: `Bearer ${client}` },
+  });
+  return await response.json();
+}
+
 test("serve, token, worker, submit and stats run as separate processes", {
   timeout: 180_000,
 }, async () => {
@@ -71,10 +79,7 @@ test("serve, token, worker, submit and stats run as separate processes", {
     start(["worker", "--url", url, "--concurrency", "2", HANDLER]);
 
     const client = (await runCli(["token"], { cwd })).stdout.trim();
-    const stats = async () =>
-      await (await fetch(new URL("flows/jobs/stats", url), {
-        headers: { authorization: `Bearer ${client}` },
-      })).json();
+    const stats = () => statsOf(url, client);
     await waitFor(
       async () => (await stats()).workers.length === 3,
       () => `three endpoints bound\n${server.stderr}`,
@@ -175,10 +180,7 @@ test("a pause outlives a SIGKILLed server: restarted on its KV file, it starts p
     assert.match(shown.stdout, /^flow jobs \(running, paused\)$/m, shown.stdout);
     const worker = start(["worker", "--url", url, "--name", "w", HANDLER]);
     const client = (await runCli(["token"], { cwd })).stdout.trim();
-    const stats = async () =>
-      await (await fetch(new URL("flows/jobs/stats", url), {
-        headers: { authorization: `Bearer ${client}` },
-      })).json();
+    const stats = () => statsOf(url, client);
     await waitFor(
       async () => (await stats()).workers[0]?.window > 0,
       () => `the worker's demand\n${second.stderr}\n${worker.stderr}`,

@@ -32,25 +32,9 @@ import { decodeLease } from "../src/cluster/codec.ts";
 import { createWorkpullApp, signToken } from "../server.ts";
 import { kvClient, openKv } from "./fixtures/open_kv.ts";
 import { waitFor } from "./support/waiting.ts";
+import { ManualClock } from "./support/manual_clock.ts";
 
 const CLIENT = kvClient === "deno" ? "Deno.openKv" : "npm @deno/kv";
-
-/** A wall clock the test moves, with no timers: lease rounds run when the test says. */
-class ManualClock implements Clock {
-  readonly simulated = new SimulatedClock();
-  constructor() {
-    this.simulated.advance(1_700_000_000_000);
-  }
-  now(): number {
-    return this.simulated.now();
-  }
-  setTimeout() {
-    return { cancel() {} };
-  }
-  advance(ms: number): void {
-    this.simulated.advance(ms);
-  }
-}
 
 const conformance: QueueFactory = {
   async open() {

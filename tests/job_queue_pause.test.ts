@@ -16,11 +16,12 @@ import { DenoKvClusterStore, DenoKvJobStore } from "../deno_kv.ts";
 import { BacklogProducer } from "../src/backlog/backlog_producer.ts";
 import { MemoryJobStore } from "../src/backlog/memory_job_store.ts";
 import { QueueConflictError } from "../src/queue/work_queue.ts";
-import { type Clock, SimulatedClock } from "../src/core/clock.ts";
+import { SimulatedClock } from "../src/core/clock.ts";
 import { planJob } from "../src/lifecycle/job_options.ts";
 import { JobSystem } from "./support/job_harness.ts";
 import { openKv } from "./fixtures/open_kv.ts";
 import { waitFor } from "./support/waiting.ts";
+import { ManualClock } from "./support/manual_clock.ts";
 
 describe("pause in memory", () => {
   test("a paused queue starts no new try; jobs are still added; resume runs them in order", async () => {
@@ -202,20 +203,6 @@ describe("pause on Deno KV", () => {
     }
   });
 });
-
-/** A wall clock with no timers: lease rounds run when the test says (`store.renew()`). */
-class ManualClock implements Clock {
-  readonly simulated = new SimulatedClock();
-  constructor() {
-    this.simulated.advance(1_700_000_000_000);
-  }
-  now(): number {
-    return this.simulated.now();
-  }
-  setTimeout() {
-    return { cancel() {} };
-  }
-}
 
 /** A job queue on the KV file at `path`, with in-process workers whose handler gets the id. */
 async function openQueue(path: string) {

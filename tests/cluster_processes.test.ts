@@ -4,7 +4,8 @@
  * over within the lease TTL plus one renewal interval and every accepted job completes, with
  * duplicates only among the jobs it held; an instance SIGSTOPped past its lease and then
  * SIGCONTed is fenced, fails once, claims nothing more, and causes no loss and no other
- * duplicate; an instance without workers claims nothing.
+ * duplicate; an instance without workers claims nothing; a pause on one instance stops every
+ * instance from claiming, and a resume there lets them finish every job.
  */
 
 import { after, test } from "node:test";
@@ -94,7 +95,7 @@ class Instance {
   }
 
   /** Send a signal (process.kill: Deno's ChildProcess.kill refuses a second signal). */
-  signal(signal: "SIGKILL" | "SIGTERM" | "SIGSTOP" | "SIGCONT"): void {
+  signal(signal: "SIGKILL" | "SIGTERM" | "SIGSTOP" | "SIGCONT" | "SIGUSR1"): void {
     try {
       process.kill(this.pid, signal);
     } catch {
@@ -386,6 +387,57 @@ test(
           `the instance without workers), ${seen.duplicates.length} ran twice`,
       );
       assert.deepEqual(await Promise.all(instances.map((i) => i.stop("SIGTERM"))), [0, 0, 0]);
+    } finally {
+      for (const instance of instances) instance.signal("SIGKILL");
+      await Promise.all(instances.map((i) => i.exited));
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);
+
+test(
+  "a pause on one instance (SIGUSR1 in the fixture) stops the other from claiming; a resume lets every job finish",
+  {
+    timeout: 180_000,
+  },
+  async () => {
+    const dir = mkdtempSync(join(tmpdir(), "workpull-cluster-"));
+    // a adds the jobs and has no worker; b has the workers and adds nothing.
+    const adder = new Instance(config(dir, "a", 0, 100));
+    const runner = new Instance({ ...config(dir, "b", 2, 0), produce: undefined });
+    const instances = [adder, runner];
+    try {
+      await Promise.all(instances.map((i) => i.until("ready")));
+      await waitFor(() => journals(dir).ends.size >= 5, "b to run some jobs");
+      adder.signal("SIGUSR1");
+      await adder.until("paused");
+      const { t: pausedAt } = await runner.until("paused", 30_000);
+      await adder.until("produced", 60_000);
+      await waitFor(
+        () => (journals(dir).running.get(runner.pid)?.size ?? 0) === 0,
+        "b's windows to drain",
+      );
+      const seen = journals(dir);
+      const claimedLate = (seen.claims.get(runner.pid) ?? []).filter((c) => c.asked > pausedAt);
+      const waiting = seen.unfinished();
+      const summary = `b paused at ${pausedAt}; ${seen.ends.size} of ${seen.added.size} ended; ` +
+        `claims asked after the pause: ${JSON.stringify(claimedLate)}`;
+      assert.deepEqual(claimedLate, [], summary);
+      assert.ok(waiting.length > 0, `jobs were left waiting by the pause: ${summary}`);
+      adder.signal("SIGUSR1");
+      await adder.until("resumed");
+      await runner.until("resumed", 30_000);
+      await waitFor(
+        () => journals(dir).unfinished().length === 0,
+        () => `every job to finish after the resume; left: ${journals(dir).unfinished().length}`,
+        60_000,
+      );
+      assert.deepEqual(journals(dir).duplicates, [], "no job ran twice");
+      assert.deepEqual(
+        await Promise.all([adder.stop("SIGTERM"), runner.stop("SIGTERM")]),
+        [0, 0],
+        adder.stderr + runner.stderr,
+      );
     } finally {
       for (const instance of instances) instance.signal("SIGKILL");
       await Promise.all(instances.map((i) => i.exited));

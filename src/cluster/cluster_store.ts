@@ -483,9 +483,9 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
   }
 
   /** Whether the flow is paused (see `JobQueue.pause`); read from KV. */
-  async readPaused(): Promise<boolean> {
+  async readPaused(options?: QueueCallOptions): Promise<boolean> {
     this.#pauseChanges += 1;
-    const paused = await this.#pauseFlag.read();
+    const paused = await this.#pauseFlag.read(options?.signal);
     this.#pauseChanges += 1;
     this.#paused = paused;
     return paused;

@@ -59,14 +59,8 @@ import {
   utf8Bytes,
 } from "./codec.ts";
 import type { ClusterKeys } from "./keys.ts";
-import {
-  Change,
-  type ClusterKvLike,
-  commitChanges,
-  listAll,
-  readMany,
-  retryLocked,
-} from "./kv_writes.ts";
+import { Change, type ClusterKvLike, commitChanges, listAll, readMany } from "./kv_writes.ts";
+import { retryLocked } from "../queue/deno_kv/retry_locked.ts";
 import {
   claimed,
   finished,

@@ -14,14 +14,15 @@
  * - `database is locked` (several processes on one SQLite file) means the commit was not
  *   applied: it is retried with jittered backoff. A call that carries an abort signal (the
  *   controller's units, whose signal is their per-attempt timeout) retries until the signal
- *   aborts; any other call up to {@linkcode LOCK_RETRY_ATTEMPTS} times (about 2 s in all), then
+ *   aborts; any other call up to 12 times (about 2 s in all; `retry_locked.ts`), then
  *   throws the error (retriable: nothing was applied). Any other error is thrown at once: its
  *   outcome is unknown.
  *
  * @module
  */
 
-import { isKvLockedError, KV_LIMITS, type KvKey } from "../queue/deno_kv/port.ts";
+import { KV_LIMITS, type KvKey } from "../queue/deno_kv/port.ts";
+import { retryLocked } from "../queue/deno_kv/retry_locked.ts";
 import type { KvCheckLike, KvEntryLike } from "../queue/deno_kv/port.ts";
 import { encodedKeySize } from "../queue/deno_kv/layout.ts";
 import type { JobRecord } from "../lifecycle/job_record.ts";
@@ -149,8 +150,6 @@ export interface CommitOutcome {
   readonly versionstamp?: string;
 }
 
-/** Retries of a commit (or read) refused with `database is locked`. */
-export const LOCK_RETRY_ATTEMPTS = 12;
 /** Checks per commit on backends that allow only ten (npm `@deno/kv`'s SQLite). */
 const FEW_CHECKS = 10;
 /** Per KV handle, the checks a commit may carry: Deno allows 100, npm `@deno/kv` 10. */
@@ -249,27 +248,6 @@ function groupSize(
 
 function isTooManyChecks(error: unknown): boolean {
   return error instanceof Error && /too ?many ?checks/i.test(error.message + error.name);
-}
-
-/**
- * Run `operation`, again while it fails with `database is locked` (nothing was applied), with
- * jittered exponential backoff: 2 ms doubling to 250 ms, a random fraction of each. With a
- * `signal`, until it aborts; without, up to {@linkcode LOCK_RETRY_ATTEMPTS} attempts.
- */
-export async function retryLocked<T>(
-  operation: () => Promise<T>,
-  signal?: AbortSignal,
-): Promise<T> {
-  for (let attempt = 1;; attempt++) {
-    try {
-      return await operation();
-    } catch (error) {
-      if (!isKvLockedError(error) || (!signal && attempt >= LOCK_RETRY_ATTEMPTS)) throw error;
-      signal?.throwIfAborted();
-      const ceiling = Math.min(250, 2 * 2 ** attempt);
-      await new Promise((resolve) => setTimeout(resolve, ceiling * (0.5 + Math.random() / 2)));
-    }
-  }
 }
 
 /** Read `keys` (any number of them, ten at a time), retrying while the database is locked. */

@@ -43,14 +43,8 @@ import {
   type Lease,
 } from "./codec.ts";
 import type { ClusterKeys } from "./keys.ts";
-import {
-  Change,
-  type ClusterKvLike,
-  commitChanges,
-  listAll,
-  readMany,
-  retryLocked,
-} from "./kv_writes.ts";
+import { Change, type ClusterKvLike, commitChanges, listAll, readMany } from "./kv_writes.ts";
+import { retryLocked } from "../queue/deno_kv/retry_locked.ts";
 import { type PlacementContext, recover, settle } from "./placement.ts";
 import type { InstanceQueue } from "./instance_queue.ts";
 

@@ -12,12 +12,15 @@
  * ```
  *
  * An absent key means running. A value of another shape is a `QueueConflictError`, as every
- * malformed persisted value is.
+ * malformed persisted value is. A read or write refused with `database is locked` (another
+ * process of a shared flow holds the file) is tried again: until `signal` aborts, or without one
+ * about 2 s.
  *
  * @module
  */
 
 import type { KvKey, KvLike } from "../../queue/deno_kv/port.ts";
+import { retryLocked } from "../../queue/deno_kv/retry_locked.ts";
 import { malformed, parse } from "./records.ts";
 
 const encoder = new TextEncoder();
@@ -48,8 +51,8 @@ export class PauseFlag {
   }
 
   /** Whether the flow is paused. */
-  async read(): Promise<boolean> {
-    const [entry] = await this.#kv.getMany([this.key]);
+  async read(signal?: AbortSignal): Promise<boolean> {
+    const [entry] = await retryLocked(() => this.#kv.getMany([this.key]), signal);
     if (entry.versionstamp === null) return false;
     const value = parse(entry.value, "the pause flag");
     if (typeof value.paused !== "boolean") throw malformed("the pause flag has no boolean paused");
@@ -57,9 +60,9 @@ export class PauseFlag {
   }
 
   /** Pause (true) or resume (false) the flow; `at` is when, epoch ms. Resolves once durable. */
-  async write(paused: boolean, at: number): Promise<void> {
+  async write(paused: boolean, at: number, signal?: AbortSignal): Promise<void> {
     const value = encoder.encode(JSON.stringify({ paused, at }));
-    const result = await this.#kv.atomic().set(this.key, value).commit();
+    const result = await retryLocked(() => this.#kv.atomic().set(this.key, value).commit(), signal);
     if (!result.ok) throw new Error("Cannot write the pause flag: the commit was refused");
   }
 }

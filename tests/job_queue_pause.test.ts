@@ -16,6 +16,8 @@ import { DenoKvClusterStore, DenoKvJobStore } from "../deno_kv.ts";
 import { BacklogProducer } from "../src/backlog/backlog_producer.ts";
 import { MemoryJobStore } from "../src/backlog/memory_job_store.ts";
 import { QueueConflictError } from "../src/queue/work_queue.ts";
+import { PauseFlag } from "../src/backlog/deno_kv/pause_flag.ts";
+import type { KvLike } from "../src/queue/deno_kv/port.ts";
 import { SimulatedClock } from "../src/core/clock.ts";
 import { planJob } from "../src/lifecycle/job_options.ts";
 import { JobSystem } from "./support/job_harness.ts";
@@ -85,6 +87,40 @@ describe("pause in memory", () => {
     await s.close();
   });
 
+  test("start serves workers while it reads the persisted pause, and hands out nothing before it knows", async () => {
+    let answer: (paused: boolean) => void = () => {};
+    class SlowPauseStore extends MemoryJobStore {
+      readPaused() {
+        return new Promise<boolean>((resolve) => (answer = resolve));
+      }
+    }
+    const clock = new SimulatedClock();
+    const store = new SlowPauseStore({ clock });
+    const queue = new JobQueue({ name: "jobs", store, controller: { clock } });
+    const ran: string[] = [];
+    const worker = new WorkerEndpoint({
+      producer: "jobs",
+      name: "w",
+      clock,
+      handler: ({ messageId }) => void ran.push(messageId),
+    });
+    const starting = queue.start();
+    assert.notEqual(queue.controller.state, "idle", "the controller starts at once");
+    connectInProcess(queue.controller, worker);
+    await store.enqueue([{ id: "x", payload: "1", plan: planJob({}, 0) }]);
+    for (let i = 0; i < 10; i++) await clock.advanceAsync(100);
+    assert.equal(queue.controller.stats().workers.length, 1, "the worker is bound");
+    assert.deepEqual(ran, [], "nothing before the pause is known");
+    answer(false);
+    await starting;
+    for (let i = 0; i < 10 && ran.length === 0; i++) await clock.advanceAsync(100);
+    assert.deepEqual(ran, ["x"]);
+    const closing = worker.close();
+    await clock.advanceAsync(10_000);
+    await closing;
+    await queue.close();
+  });
+
   test("the backlog producer leaves a grant open while paused and answers it on resume", async () => {
     const store = new MemoryJobStore({ clock: new SimulatedClock() });
     const producer = new BacklogProducer(store);
@@ -141,6 +177,35 @@ describe("pause on Deno KV", () => {
       await third.close();
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("the flag is read and written again while the KV file is locked by another process", async () => {
+    const kv = await openKv(":memory:");
+    try {
+      let refusals = 0;
+      // A KV whose calls are refused twice each, as SQLite refuses them while another
+      // connection holds the write lock.
+      const busy = {
+        getMany: (keys: Deno.KvKey[]) =>
+          ++refusals % 3 === 0
+            ? kv.getMany(keys)
+            : Promise.reject(new TypeError("database is locked")),
+        list: kv.list.bind(kv),
+        atomic: () => {
+          const atomic = kv.atomic();
+          const commit = atomic.commit.bind(atomic);
+          atomic.commit = () =>
+            ++refusals % 3 === 0 ? commit() : Promise.reject(new TypeError("database is locked"));
+          return atomic;
+        },
+      };
+      const flag = new PauseFlag(busy as unknown as KvLike, ["flow"]);
+      await flag.write(true, 1);
+      assert.equal(await flag.read(), true);
+      assert.equal(refusals, 6, "each call was refused twice, then went through");
+    } finally {
+      kv.close();
     }
   });
 

@@ -157,6 +157,9 @@ export interface JobQueueStats extends ControllerStats {
   readonly paused: boolean;
 }
 
+/** How long `start` tries to read a busy store's pause flag, ms (the controller's load: 3 × 5 s). */
+const START_READ_MS = 15_000;
+
 interface Waiter {
   resolve(job: JobInfo): void;
 }
@@ -254,8 +257,22 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
    * paused before a restart starts paused.
    */
   async start(): Promise<void> {
-    if (this.store.readPaused) this.#setPaused(await this.store.readPaused());
-    await this.controller.start();
+    const read = this.store.readPaused;
+    if (!read) return await this.controller.start();
+    // The controller starts now, as without a pause to read (a server may attach workers at
+    // once); the backlog hands out nothing until the pause is known.
+    this.#producer.hold();
+    const paused = this.#readPaused(read);
+    const started = this.controller.start();
+    try {
+      this.#setPaused(await paused);
+    } catch (error) {
+      await started.catch(() => {});
+      await this.controller.close();
+      throw error;
+    }
+    this.#producer.release();
+    await started;
   }
 
   /** Whether the queue is paused (see {@linkcode JobQueue.pause}). */
@@ -385,6 +402,20 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
     await this.controller.close();
     await this.#leave();
     this.store.close();
+  }
+
+  /**
+   * The persisted pause, read at start: a backend busy with other processes (a shared SQLite
+   * file) is tried again for up to {@linkcode START_READ_MS}, as long as the store's load may.
+   */
+  async #readPaused(read: NonNullable<JobStore["readPaused"]>): Promise<boolean> {
+    const giveUp = new AbortController();
+    const timer = this.store.clock.setTimeout(() => giveUp.abort(), START_READ_MS);
+    try {
+      return await read.call(this.store, { signal: giveUp.signal });
+    } finally {
+      timer.cancel();
+    }
   }
 
   #setPaused(paused: boolean): void {

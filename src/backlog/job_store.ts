@@ -19,7 +19,7 @@
 
 import type { JobInfo, JobOutcome, JobRecord } from "../lifecycle/job_record.ts";
 import type { JobPlan, ResolvedDefaults } from "../lifecycle/job_options.ts";
-import type { DurableWorkQueue } from "../queue/work_queue.ts";
+import type { DurableWorkQueue, QueueCallOptions } from "../queue/work_queue.ts";
 import type { Clock } from "../core/clock.ts";
 import type { ControllerStats } from "../controller/controller.ts";
 
@@ -226,8 +226,9 @@ export interface JobStore extends DurableWorkQueue {
   /**
    * Optional, for a durable store: whether the flow is paused, as persisted (a pause outlives
    * the process that set it). A store without it keeps no pause: the owner holds it in memory.
+   * A busy backend is tried again until `signal` aborts.
    */
-  readPaused?(): Promise<boolean>;
+  readPaused?(options?: QueueCallOptions): Promise<boolean>;
   /**
    * Optional, with `readPaused`: persist a pause (true) or a resume (false) for every process of
    * the flow; resolves once it is durable.

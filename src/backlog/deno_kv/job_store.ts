@@ -15,6 +15,7 @@
 import { JobStoreEngine, type JobStoreEngineOptions } from "../job_store_engine.ts";
 import { resolveStoreSettings } from "../store_settings.ts";
 import type { KvKey, KvLike } from "../../queue/deno_kv/port.ts";
+import type { QueueCallOptions } from "../../queue/work_queue.ts";
 import { KvQueueLayout } from "../../queue/deno_kv/layout.ts";
 import { DenoKvJournal } from "./journal.ts";
 import { PauseFlag } from "./pause_flag.ts";
@@ -70,8 +71,8 @@ export class DenoKvJobStore extends JobStoreEngine {
   }
 
   /** Whether the flow is paused (see `JobQueue.pause`); read from KV. */
-  readPaused(): Promise<boolean> {
-    return this.#pauseFlag.read();
+  readPaused(options?: QueueCallOptions): Promise<boolean> {
+    return this.#pauseFlag.read(options?.signal);
   }
 
   /** Persist a pause (true) or a resume (false) of the flow. */

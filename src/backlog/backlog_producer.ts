@@ -59,8 +59,6 @@ export class BacklogProducer implements ProducerEndpoint {
   #stored: Answer | undefined;
   #closed = false;
   #paused = false;
-  /** Held while the owner learns whether the flow is paused (see `hold`). */
-  #held = false;
 
   /** Creates the producer over `store`. */
   constructor(store: JobStore, logger: Logger = defaultLogger) {
@@ -73,11 +71,6 @@ export class BacklogProducer implements ProducerEndpoint {
     this.#answer();
   }
 
-  /** Whether grants are left open (see {@linkcode BacklogProducer.pause}). */
-  get paused(): boolean {
-    return this.#paused;
-  }
-
   /** Take nothing more from the store until {@linkcode BacklogProducer.resume}. */
   pause(): void {
     this.#paused = true;
@@ -87,21 +80,6 @@ export class BacklogProducer implements ProducerEndpoint {
   resume(): void {
     if (!this.#paused) return;
     this.#paused = false;
-    this.#answer();
-  }
-
-  /**
-   * Take nothing from the store until {@linkcode BacklogProducer.release}, without pausing: the
-   * owner starts the controller while it still reads the persisted pause.
-   */
-  hold(): void {
-    this.#held = true;
-  }
-
-  /** End a {@linkcode BacklogProducer.hold}: answer grants again unless paused. */
-  release(): void {
-    if (!this.#held) return;
-    this.#held = false;
     this.#answer();
   }
 
@@ -157,7 +135,7 @@ export class BacklogProducer implements ProducerEndpoint {
 
   #answer(): void {
     const grant = this.#grant;
-    if (!grant || this.#closed || this.#paused || this.#held || this.#taking) return;
+    if (!grant || this.#closed || this.#paused || this.#taking) return;
     if (this.#carried.length > 0) {
       const jobs = this.#carried.splice(0, grant.maxJobs);
       return this.#produce(grant, jobs);

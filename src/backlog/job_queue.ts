@@ -203,6 +203,8 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
   readonly #producer: BacklogProducer;
   readonly #waiters = new Map<string, Waiter[]>();
   readonly #progress = new Map<string, unknown>();
+  /** Whether the queue is paused; undefined while `start` reads a durable store's pause. */
+  #paused: boolean | undefined = false;
 
   /** Validates `options`, throwing an error that names a bad option. */
   constructor(options: JobQueueOptions) {
@@ -253,16 +255,16 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
   }
 
   /**
-   * Load the store and start serving workers. A durable store's pause is read first: a queue
-   * paused before a restart starts paused.
+   * Load the store and start serving workers. Nothing is handed out until a durable store's pause
+   * is read: a queue paused before a restart starts paused.
    */
   async start(): Promise<void> {
-    const read = this.store.readPaused;
-    if (!read) return await this.controller.start();
+    if (!this.store.readPaused) return await this.controller.start();
     // The controller starts now, as without a pause to read (a server may attach workers at
     // once); the backlog hands out nothing until the pause is known.
-    this.#producer.hold();
-    const paused = this.#readPaused(read);
+    this.#paused = undefined;
+    this.#producer.pause();
+    const paused = this.#readPaused();
     const started = this.controller.start();
     try {
       this.#setPaused(await paused);
@@ -271,13 +273,12 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
       await this.controller.close();
       throw error;
     }
-    this.#producer.release();
     await started;
   }
 
   /** Whether the queue is paused (see {@linkcode JobQueue.pause}). */
   get paused(): boolean {
-    return this.#producer.paused;
+    return this.#paused === true;
   }
 
   /**
@@ -408,21 +409,23 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
    * The persisted pause, read at start: a backend busy with other processes (a shared SQLite
    * file) is tried again for up to {@linkcode START_READ_MS}, as long as the store's load may.
    */
-  async #readPaused(read: NonNullable<JobStore["readPaused"]>): Promise<boolean> {
+  async #readPaused(): Promise<boolean> {
     const giveUp = new AbortController();
     const timer = this.store.clock.setTimeout(() => giveUp.abort(), START_READ_MS);
     try {
-      return await read.call(this.store, { signal: giveUp.signal });
+      return await this.store.readPaused!({ signal: giveUp.signal });
     } finally {
       timer.cancel();
     }
   }
 
+  /** Pause or resume the producer; an event when it changes what `paused` says. */
   #setPaused(paused: boolean): void {
-    if (paused === this.#producer.paused) return;
+    const was = this.paused;
+    this.#paused = paused;
     if (paused) this.#producer.pause();
     else this.#producer.resume();
-    this.dispatchEvent(new PauseChangedEvent(paused));
+    if (paused !== was) this.dispatchEvent(new PauseChangedEvent(paused));
   }
 
   /** A shared store hands what this instance still holds back to the other instances. */

@@ -227,7 +227,7 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
   readonly #pauseFlag: PauseFlag;
   /** The pause flag as this instance last read or wrote it (undefined: not read yet). */
   #paused: boolean | undefined;
-  /** Pause flag writes and reads by the owner: a round's read that one overtook is stale. */
+  /** Pause flag reads and writes the owner completed: a round's read that one overtook is stale. */
   #pauseChanges = 0;
 
   /** Wraps a KV handle; throws an error naming a bad option. */
@@ -484,7 +484,6 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
 
   /** Whether the flow is paused (see `JobQueue.pause`); read from KV. */
   async readPaused(options?: QueueCallOptions): Promise<boolean> {
-    this.#pauseChanges += 1;
     const paused = await this.#pauseFlag.read(options?.signal);
     this.#pauseChanges += 1;
     this.#paused = paused;
@@ -493,7 +492,6 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
 
   /** Persist a pause (true) or a resume (false) for every instance of the flow. */
   async writePaused(paused: boolean): Promise<void> {
-    this.#pauseChanges += 1;
     await this.#pauseFlag.write(paused, this.clock.now());
     this.#pauseChanges += 1;
     this.#paused = paused;

@@ -148,6 +148,12 @@ export {
   PauseChangedEvent,
 } from "./src/backlog/job_queue.ts";
 export {
+  MAX_SCHEDULE_KEY,
+  type ScheduledJob,
+  type ScheduleInfo,
+} from "./src/schedule/scheduler.ts";
+export { MAX_EVERY, MIN_EVERY, type ScheduleWhen } from "./src/schedule/recurrence.ts";
+export {
   type BacklogCounts,
   BacklogFullError,
   type DeadLetterPage,

@@ -12,6 +12,7 @@ import { connectWorker } from "../client.ts";
 import { prng, SECRET, serve } from "./fixtures/net_support.ts";
 import { waitFor } from "./support/waiting.ts";
 import { parseExposition } from "./support/prometheus.ts";
+import { summary } from "../src/cli/stats.ts";
 
 /** An upgrader for in-memory tests: HTTP routes only, no upgrade ever happens. */
 const noUpgrade = () => async (_c: unknown, next: () => Promise<void>) => await next();
@@ -222,6 +223,34 @@ describe("job routes", () => {
         "c ran",
       );
       assert.equal((await s.call("POST", "/dead-letters/zzz/retry")).status, 404);
+    } finally {
+      await s.close();
+    }
+  });
+
+  test("GET /stats shows the schedules with their next runs, and GET /jobs/:id the next run's job", async () => {
+    const s = await setup();
+    try {
+      s.queue.schedule("nightly", { cron: "0 3 * * *", timezone: "Europe/Berlin" }, { payload: 7 });
+      await waitFor(() => s.queue.schedules()[0].stored, "the next run stored");
+      const { schedules } = await (await s.call("GET", "/stats")).json();
+      assert.equal(schedules.length, 1);
+      const [nightly] = schedules;
+      assert.deepEqual(nightly.when, { cron: "0 3 * * *", timezone: "Europe/Berlin" });
+      assert.ok(nightly.next > Date.now() && nightly.next <= Date.now() + 86_400_000);
+      assert.equal(nightly.nextJob, `nightly@${new Date(nightly.next).toISOString()}`);
+      const job = await (await s.call("GET", `/jobs/${encodeURIComponent(nightly.nextJob)}`))
+        .json();
+      assert.deepEqual([job.state, job.runAt], ["scheduled", nightly.next]);
+      const shown = summary("jobs", await (await s.call("GET", "/stats")).json());
+      assert.ok(
+        shown.includes(
+          `\n  schedules: 1\n    nightly: cron "0 3 * * *" Europe/Berlin, next ${
+            new Date(nightly.next).toISOString()
+          }\n`,
+        ),
+        shown,
+      );
     } finally {
       await s.close();
     }

@@ -17,6 +17,10 @@
  * durable store persists the pause (`readPaused`/`writePaused`): it outlives a restart, and a
  * shared flow's other instances follow it within their lease round.
  *
+ * A queue can also add jobs on a **schedule** (every so many ms, or by a cron pattern): the
+ * scheduler (`../schedule/scheduler.ts`) keeps each schedule's next run in the store as a delayed
+ * job, under a MessageID that names the run, so every instance adds each run once.
+ *
  * @module
  */
 
@@ -40,6 +44,8 @@ import type {
   NewJob,
 } from "./job_store.ts";
 import { MemoryJobStore } from "./memory_job_store.ts";
+import { type ScheduledJob, type ScheduleInfo, Scheduler } from "../schedule/scheduler.ts";
+import type { ScheduleWhen } from "../schedule/recurrence.ts";
 
 /** Options of {@linkcode JobQueue}. */
 export interface JobQueueOptions {
@@ -155,6 +161,8 @@ export interface JobQueueStats extends ControllerStats {
   readonly backlog: BacklogCounts;
   /** Whether the queue is paused: no new try starts (see {@linkcode JobQueue.pause}). */
   readonly paused: boolean;
+  /** The queue's schedules (see {@linkcode JobQueue.schedule}). */
+  readonly schedules: readonly ScheduleInfo[];
 }
 
 /** How long `start` tries to read a busy store's pause flag, ms (the controller's load: 3 × 5 s). */
@@ -205,6 +213,7 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
   readonly #progress = new Map<string, unknown>();
   /** Whether the queue is paused; undefined while `start` reads a durable store's pause. */
   #paused: boolean | undefined = false;
+  readonly #scheduler: Scheduler;
 
   /** Validates `options`, throwing an error that names a bad option. */
   constructor(options: JobQueueOptions) {
@@ -247,6 +256,14 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
       this.#progress.set(event.messageId, event.value);
       this.dispatchEvent(new ProgressEvent(event.messageId, event.worker, event.value));
     });
+    this.#scheduler = new Scheduler({
+      clock: store.clock,
+      logger,
+      add: (payload, options) => this.add(payload, options),
+      cancel: (id) => this.cancel(id),
+      check: (payload, options) =>
+        void this.#prepare({ ...options, payload }, store.clock.now(), "job"),
+    });
   }
 
   /** The flow's name. */
@@ -256,9 +273,15 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
 
   /**
    * Load the store and start serving workers. Nothing is handed out until a durable store's pause
-   * is read: a queue paused before a restart starts paused.
+   * is read: a queue paused before a restart starts paused. Then the schedules start: each
+   * one's next run is stored.
    */
   async start(): Promise<void> {
+    await this.#startController();
+    this.#scheduler.start();
+  }
+
+  async #startController(): Promise<void> {
     if (!this.store.readPaused) return await this.controller.start();
     // The controller starts now, as without a pause to read (a server may attach workers at
     // once); the backlog hands out nothing until the pause is known.
@@ -296,6 +319,49 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
   async resume(): Promise<void> {
     await this.store.writePaused?.(false);
     this.#setPaused(false);
+  }
+
+  /**
+   * Add a job on a schedule: `when` is `{ every: ms }` (counted from the Unix epoch: 60,000 runs
+   * at each whole minute) or `{ cron: "0 3 * * *", timezone: "Europe/Berlin" }` (default UTC), and
+   * `job` the payload and options of every run. Each run is an ordinary job, with the MessageID
+   * `<key>@<run time, ISO 8601>` and its time as `runAt`. The next run is stored ahead of time:
+   * with a durable store, a run whose time passes while the server is down runs once it is back
+   * (the earlier missed ones are skipped), and every instance of a shared flow that declares the
+   * same schedule adds each run once. Schedules are not stored: declare them on each instance at
+   * startup, before or after {@linkcode JobQueue.start}. Declaring a key again replaces the
+   * schedule (its next run is cancelled unless it falls at the same time). Throws a `TypeError` or
+   * `RangeError` naming a bad field.
+   *
+   * @example A report every night at 3:00 in Berlin
+   * ```ts
+   * import { JobQueue } from "./job_queue.ts";
+   * const queue = new JobQueue({ name: "reports" });
+   * queue.schedule("nightly", { cron: "0 3 * * *", timezone: "Europe/Berlin" }, {
+   *   payload: { report: "sales" },
+   *   attempts: 5,
+   * });
+   * await queue.start();
+   * const [nightly] = queue.schedules();
+   * console.assert(nightly.nextJob?.startsWith("nightly@"));
+   * await queue.close();
+   * ```
+   */
+  schedule<T>(key: string, when: ScheduleWhen, job: ScheduledJob<T>): ScheduleInfo {
+    return this.#scheduler.set(key, when, job);
+  }
+
+  /**
+   * Remove the schedule `key`: no further run is added here, and its next run, if not due yet, is
+   * cancelled. Other instances that declare it go on adding its runs. Whether there was one.
+   */
+  unschedule(key: string): boolean {
+    return this.#scheduler.delete(key);
+  }
+
+  /** The queue's schedules, with each one's next run. */
+  schedules(): ScheduleInfo[] {
+    return this.#scheduler.list();
   }
 
   /**
@@ -376,9 +442,14 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
     });
   }
 
-  /** The controller's figures, the backlog's counts and whether the queue is paused. */
+  /** The controller's figures, the backlog's counts, whether the queue is paused, its schedules. */
   stats(): JobQueueStats {
-    return { ...this.controller.stats(), backlog: this.store.counts(), paused: this.paused };
+    return {
+      ...this.controller.stats(),
+      backlog: this.store.counts(),
+      paused: this.paused,
+      schedules: this.#scheduler.list(),
+    };
   }
 
   /**
@@ -391,6 +462,7 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
 
   /** Stop gracefully: no new tries, running ones finish and are written (see the controller). */
   async drain(timeout?: number): Promise<void> {
+    this.#scheduler.stop();
     this.#producer.close();
     await this.controller.drain(timeout);
     await this.#leave();
@@ -399,6 +471,7 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
 
   /** Stop for good (the store's data stays). */
   async close(): Promise<void> {
+    this.#scheduler.stop();
     this.#producer.close();
     await this.controller.close();
     await this.#leave();

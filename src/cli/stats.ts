@@ -1,7 +1,7 @@
 /**
  * `workpull stats`: what a flow's server says about it (`GET /stats`): its workers with their
- * windows, jobs in flight and confirmed, the backlog's counts (and whether the flow is paused) and
- * the controller's totals. As a short summary, or the server's JSON with `--json`.
+ * windows, jobs in flight and confirmed, the backlog's counts (and whether the flow is paused), its
+ * schedules with their next runs, and the controller's totals. As a short summary, or the server's JSON with `--json`.
  *
  * @module
  */
@@ -24,6 +24,7 @@ interface Stats {
   totals?: Record<string, number>;
   backlog?: Record<string, number>;
   paused?: boolean;
+  schedules?: { key: string; when: Record<string, unknown>; next?: number }[];
 }
 
 /** Run `stats`. */
@@ -45,6 +46,16 @@ export function summary(flow: string, stats: Stats): string {
   const lines = [`flow ${stats.name ?? flow}${state ? ` (${state})` : ""}`];
   if (stats.backlog) lines.push(`  backlog: ${counts(stats.backlog)}`);
   if (stats.totals) lines.push(`  since the server started: ${counts(stats.totals)}`);
+  if (Array.isArray(stats.schedules) && stats.schedules.length > 0) {
+    lines.push(`  schedules: ${stats.schedules.length}`);
+    for (const { key, when, next } of stats.schedules) {
+      const rule = typeof when?.every === "number"
+        ? `every ${when.every} ms`
+        : `cron "${when?.cron}" ${when?.timezone ?? "UTC"}`;
+      const at = typeof next === "number" ? `, next ${new Date(next).toISOString()}` : "";
+      lines.push(`    ${key}: ${rule}${at}`);
+    }
+  }
   lines.push(`  workers: ${stats.workers.length}`);
   if (stats.workers.length > 0) {
     const width = Math.max(6, ...stats.workers.map((w) => w.worker.length));

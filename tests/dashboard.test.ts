@@ -519,4 +519,33 @@ describe("the dashboard in process", () => {
       await queue.close();
     }
   });
+
+  test("a job queue's snapshot shows its schedules with their next runs; a plain controller's has none", async () => {
+    const { BufferedProducer, WorkPullingController } = await import("../mod.ts");
+    const controller = new WorkPullingController({
+      name: "plain",
+      producer: new BufferedProducer(),
+    });
+    const plain = new SnapshotSource({ controller, metrics: FlowMetrics.of({ controller }) });
+    assert.equal("schedules" in plain.snapshot(), false);
+    const queue = await jobQueue();
+    try {
+      const source = new SnapshotSource({
+        controller: queue.controller,
+        queue,
+        metrics: FlowMetrics.of({ controller: queue.controller, queue }),
+      });
+      assert.deepEqual(source.snapshot().schedules, []);
+      queue.schedule("hourly", { every: 3_600_000 }, { payload: 1 });
+      queue.schedule("nightly", { cron: "0 3 * * *", timezone: "Europe/Berlin" }, { payload: 2 });
+      await waitFor(() => queue.schedules().every((s) => s.stored), "the next runs stored");
+      const [hourly, nightly] = queue.schedules();
+      assert.deepEqual(source.snapshot().schedules, [
+        { key: "hourly", rule: "every 3600000 ms", next: hourly.next },
+        { key: "nightly", rule: 'cron "0 3 * * *" Europe/Berlin', next: nightly.next },
+      ]);
+    } finally {
+      await queue.close();
+    }
+  });
 });

@@ -173,6 +173,19 @@ test("the dashboard in Chromium: login, live updates as jobs run, a dead letter 
       "80 completed in the page",
     );
 
+    // A schedule appears with its next run once declared.
+    assert.equal(await visible("#schedules-panel"), false, "no panel without a schedule");
+    queue.schedule("nightly", { cron: "0 3 * * *", timezone: "Europe/Berlin" }, {
+      payload: { n: 0 },
+    });
+    const scheduleRow = page.locator('#schedules tbody tr[data-key="k:nightly"]');
+    await scheduleRow.waitFor({ timeout: 10_000 });
+    const next = queue.schedules()[0].next!;
+    const shown = await scheduleRow.locator("td").allTextContents();
+    assert.deepEqual(shown.slice(0, 2), ["nightly", 'cron "0 3 * * *" Europe/Berlin']);
+    assert.equal(Date.parse(shown[2].replace(/^(\d\d)\/(\d\d)\/(\d{4}), /, "$3-$2-$1T")), next);
+    assert.equal(queue.unschedule("nightly"), true);
+
     // The pause button: the queue pauses, the badge says so, and the button resumes it.
     assert.equal(await text("#pause"), "Pause");
     await page.click("#pause");

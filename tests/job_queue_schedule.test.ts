@@ -260,6 +260,41 @@ describe("schedules on Deno KV", () => {
     }
   });
 
+  test("on the wall clock, two instances of a shared flow run each second's run once, on the instance with the worker", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "workpull-schedule-shared-"));
+    const kv = await openKv(join(dir, "shared.kv"));
+    const queues = ["a", "b"].map((id) =>
+      new JobQueue({
+        name: "jobs",
+        store: new DenoKvClusterStore(kv, { prefix: ["shared"], instance: { id } }),
+      })
+    );
+    const ran: string[] = [];
+    const worker = new WorkerEndpoint({
+      producer: "jobs",
+      name: "w",
+      handler: ({ messageId }) => void ran.push(messageId),
+    });
+    try {
+      for (const queue of queues) queue.schedule("second", { every: 1000 }, { payload: 1 });
+      await Promise.all(queues.map((queue) => queue.start()));
+      const first = queues[0].schedules()[0].next!;
+      connectInProcess(queues[1].controller, worker); // only b has a worker
+      await waitFor(() => ran.length >= 3, "three runs", 20_000);
+      const times = ran.map((id) => Date.parse(id.slice("second@".length)));
+      assert.deepEqual(ran, [...new Set(ran)], "no run twice");
+      assert.equal(times[0], first);
+      for (let i = 1; i < times.length; i++) {
+        assert.equal(times[i] - times[i - 1], 1000, `consecutive seconds: ${ran.join(", ")}`);
+      }
+    } finally {
+      await worker.close();
+      for (const queue of queues) await queue.close();
+      kv.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test("two instances of a shared flow that declare a schedule add each run once", async () => {
     const kv = await openKv(":memory:");
     const clock = new ManualClock();

@@ -1,7 +1,8 @@
 /**
  * `workpull stats`: what a flow's server says about it (`GET /stats`): its workers with their
  * windows, jobs in flight and confirmed, the backlog's counts (and whether the flow is paused), its
- * schedules with their next runs, and the controller's totals. As a short summary, or the server's JSON with `--json`.
+ * schedules with their next runs, and the controller's totals. As a short summary, or the server's
+ * JSON with `--json`.
  *
  * @module
  */
@@ -9,6 +10,7 @@
 import type { CommandSpec, ParsedArgs } from "./args.ts";
 import { clientFlags, clientTarget, jsonFlag } from "./flags.ts";
 import { call } from "./http.ts";
+import { describeWhen, type ScheduleWhen } from "../schedule/recurrence.ts";
 
 export const statsSpec: CommandSpec = {
   name: "stats",
@@ -24,7 +26,7 @@ interface Stats {
   totals?: Record<string, number>;
   backlog?: Record<string, number>;
   paused?: boolean;
-  schedules?: { key: string; when: Record<string, unknown>; next?: number }[];
+  schedules?: { key: string; when: ScheduleWhen; next?: number }[];
 }
 
 /** Run `stats`. */
@@ -48,11 +50,11 @@ export function summary(flow: string, stats: Stats): string {
   if (stats.totals) lines.push(`  since the server started: ${counts(stats.totals)}`);
   if (Array.isArray(stats.schedules) && stats.schedules.length > 0) {
     lines.push(`  schedules: ${stats.schedules.length}`);
-    for (const { key, when, next } of stats.schedules) {
-      const rule = typeof when?.every === "number"
-        ? `every ${when.every} ms`
-        : `cron "${when?.cron}" ${when?.timezone ?? "UTC"}`;
+    for (const schedule of stats.schedules) {
+      if (typeof schedule !== "object" || schedule === null) continue;
+      const { key, when, next } = schedule;
       const at = typeof next === "number" ? `, next ${new Date(next).toISOString()}` : "";
+      const rule = typeof when === "object" && when !== null ? describeWhen(when) : "?";
       lines.push(`    ${key}: ${rule}${at}`);
     }
   }

@@ -150,6 +150,10 @@ export function dashboardPage(options: PageOptions): string {
 <table id="workers"><thead><tr><th>Name</th><th>Runtime</th><th>Window</th><th>In flight</th><th>Confirmed</th><th>Last seen</th></tr></thead><tbody></tbody></table>
 </section>
 <div class="two">
+<section class="panel" id="schedules-panel" hidden>
+<h2>Schedules</h2>
+<table id="schedules"><thead><tr><th>Schedule</th><th>Runs</th><th>Next run</th></tr></thead><tbody></tbody></table>
+</section>
 <section class="panel" id="failures-panel">
 <h2>Recent failures</h2>
 <table id="failures"><thead><tr><th>At</th><th>Job</th><th>Try</th><th>Now</th><th>Worker</th><th>Error</th></tr></thead><tbody></tbody></table>

@@ -41,6 +41,8 @@ export const DASHBOARD_SCRIPT = String.raw`
   const ago = (ms) => ms < 1000 ? "now" : ms < 60000 ? Math.round(ms / 1000) + " s ago"
     : ms < 3600000 ? Math.round(ms / 60000) + " min ago" : Math.round(ms / 3600000) + " h ago";
   const clock = (at) => new Date(at).toLocaleTimeString("en-GB");
+  // A date and time, for what may be days away (a schedule's next run).
+  const when = (at) => new Date(at).toLocaleString("en-GB");
 
   function setLive(state, text) {
     const badge = $("live");
@@ -216,6 +218,13 @@ export const DASHBOARD_SCRIPT = String.raw`
         w.lastSeen === undefined ? "disconnected" : ago(Math.max(0, s.at - w.lastSeen)),
       ]);
     }, "No worker connected.");
+    // Schedules: shown once a job queue has one.
+    $("schedules-panel").hidden = !s.schedules || s.schedules.length === 0;
+    if (s.schedules && s.schedules.length > 0) {
+      syncRows($("schedules").tBodies[0], s.schedules, (r) => r.key, (tr, r) => {
+        cells(tr, [r.key, r.rule, r.next === undefined ? "" : when(r.next)]);
+      }, "");
+    }
     $("failures-panel").hidden = s.failures === undefined;
     $("dead-panel").hidden = s.deadLetters === undefined;
     if (s.failures) {

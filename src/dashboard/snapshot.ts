@@ -18,6 +18,8 @@ import type { JobInfo } from "../lifecycle/job_record.ts";
 import type { FlowMetrics, FlowTotals, RateKey } from "../metrics/flow_metrics.ts";
 import type { RateSeries } from "../metrics/rate_history.ts";
 import { type RecentFailure, RecentFailures } from "./recent_failures.ts";
+import type { ScheduleInfo } from "../schedule/scheduler.ts";
+import { describeWhen } from "../schedule/recurrence.ts";
 
 /** One worker endpoint as the dashboard shows it. */
 export interface WorkerView {
@@ -49,6 +51,16 @@ export interface DeadLetterView {
   readonly worker?: string;
   /** When it died, Unix ms. */
   readonly finishedAt?: number;
+}
+
+/** A schedule as the dashboard shows it. */
+export interface ScheduleView {
+  /** The schedule's key. */
+  readonly key: string;
+  /** When it runs, in words: `every 60000 ms`, or `cron "0 3 * * *" Europe/Berlin`. */
+  readonly rule: string;
+  /** Its next run, Unix ms (absent before the queue started). */
+  readonly next?: number;
 }
 
 /** The dashboard's data at one moment. */
@@ -83,10 +95,13 @@ export interface DashboardSnapshot {
   readonly failures?: readonly RecentFailure[];
   /** The oldest dead letters (job queues only). */
   readonly deadLetters?: readonly DeadLetterView[];
+  /** Up to 100 schedules, in the order they were declared (job queues only). */
+  readonly schedules?: readonly ScheduleView[];
 }
 
 const MAX_WORKERS = 200;
 const DEAD_LETTERS = 20;
+const MAX_SCHEDULES = 100;
 const STORE_WAIT = 1000;
 
 /**
@@ -175,6 +190,11 @@ export class SnapshotSource {
       rate: this.#metrics.history(now),
       ...(this.#failures ? { failures: this.#failures.list() } : {}),
       ...(this.#queue ? { deadLetters: this.#deadLetters } : {}),
+      ...(this.#queue
+        ? {
+          schedules: (stats as JobQueueStats).schedules.slice(0, MAX_SCHEDULES).map(scheduleView),
+        }
+        : {}),
     };
   }
 
@@ -193,6 +213,14 @@ export class SnapshotSource {
     ]);
     clearTimeout(timer);
   }
+}
+
+function scheduleView(schedule: ScheduleInfo): ScheduleView {
+  return {
+    key: schedule.key,
+    rule: describeWhen(schedule.when),
+    ...(schedule.next === undefined ? {} : { next: schedule.next }),
+  };
 }
 
 function deadLetterView(job: JobInfo): DeadLetterView {

@@ -94,3 +94,19 @@ export function recurrence(when: unknown, field = "when"): Recurrence {
     next: (after) => pattern.nextRun(new Date(after))?.getTime(),
   };
 }
+
+/**
+ * `when` in words, for a person: `every 60000 ms`, or `cron "0 3 * * *" Europe/Berlin`.
+ *
+ * @example
+ * ```ts
+ * import { describeWhen } from "./recurrence.ts";
+ * console.assert(describeWhen({ every: 60_000 }) === "every 60000 ms");
+ * console.assert(describeWhen({ cron: "0 3 * * *" }) === 'cron "0 3 * * *" UTC');
+ * ```
+ */
+export function describeWhen(when: ScheduleWhen): string {
+  return "every" in when
+    ? `every ${when.every} ms`
+    : `cron ${JSON.stringify(when.cron)} ${when.timezone ?? "UTC"}`;
+}

@@ -40,6 +40,20 @@ async function inProcess(argv: string[]): Promise<{ code: number; out: string; e
   }
 }
 
+/**
+ * Start command processes in `cwd` (with no `WORKPULL_SECRET`: the secret file is used); every
+ * one started is in `processes`, for the test to kill.
+ */
+function launcher(cwd: string) {
+  const processes: CliProcess[] = [];
+  const start = (args: string[], stdin?: string) => {
+    const child = new CliProcess(args, { cwd, stdin, env: { WORKPULL_SECRET: "" } });
+    processes.push(child);
+    return child;
+  };
+  return { processes, start };
+}
+
 /** The flow `jobs`' `GET /stats` on the server at `url`. */
 async function statsOf(url: string, client: string) {
   const response = await fetch(new URL("flows/jobs/stats", url), {
@@ -52,12 +66,7 @@ test("serve, token, worker, submit and stats run as separate processes", {
   timeout: 180_000,
 }, async () => {
   const cwd = tempDir();
-  const processes: CliProcess[] = [];
-  const start = (args: string[], stdin?: string) => {
-    const child = new CliProcess(args, { cwd, stdin, env: { WORKPULL_SECRET: "" } });
-    processes.push(child);
-    return child;
-  };
+  const { processes, start } = launcher(cwd);
   try {
     const server = start(["serve", "--port", "0", "--log-level", "debug"]);
     await waitFor(
@@ -146,16 +155,63 @@ test("serve, token, worker, submit and stats run as separate processes", {
   }
 });
 
+test(
+  "serve --schedule adds a repeating job: its runs go to a worker process, and stats shows the schedule",
+  {
+    timeout: 120_000,
+  },
+  async () => {
+    const cwd = tempDir();
+    const { processes, start } = launcher(cwd);
+    try {
+      const server = start([
+        "serve",
+        "--memory",
+        "--port",
+        "0",
+        "--schedule",
+        '{"key":"tick","every":"1s","payload":{"n":4},"priority":3}',
+      ]);
+      await waitFor(
+        () => /^listening on /m.test(server.stdout) && /schedule "tick"/.test(server.stdout),
+        () => `the server's first lines\n${server.stdout}\n${server.stderr}`,
+        60_000,
+      );
+      const url = server.stdout.match(/^listening on (\S+)/m)![1];
+      assert.match(server.stdout, /^ {4}schedule "tick": every 1000 ms, next \d{4}-\d\d-\d\dT/m);
+      const client = (await runCli(["token"], { cwd })).stdout.trim();
+      start(["worker", "--url", url, HANDLER]);
+      let ran: string[] = [];
+      await waitFor(
+        () => (ran = processes[1].stdout.match(/^job tick@\S+/gm) ?? []).length >= 2,
+        () => `two runs at the worker\n${processes[1].stdout}\n${processes[1].stderr}`,
+        60_000,
+      );
+      const id = ran[0].slice("job ".length);
+      assert.match(id, /^tick@\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.000Z$/);
+      await waitFor(async () => {
+        const job = await (await fetch(new URL(`flows/jobs/jobs/${encodeURIComponent(id)}`, url), {
+          headers: { authorization: `Bearer ${client}` },
+        })).json();
+        return job.state === "completed" && job.result === 8 && job.priority === 3;
+      }, `${id} completed with 4 * 2`);
+      const shown = await runCli(["stats", "--url", url, "--token", client], { cwd });
+      assert.equal(shown.code, 0, shown.stderr);
+      assert.match(shown.stdout, /^ {2}schedules: 1\n {4}tick: every 1000 ms, next \S+Z$/m);
+      server.signal("SIGTERM");
+      assert.equal(await within(server.exited, "the server to drain and exit", 30_000), 143);
+    } finally {
+      await Promise.all(processes.map((child) => child.kill()));
+      rmSync(cwd, { recursive: true, force: true });
+    }
+  },
+);
+
 test("a pause outlives a SIGKILLed server: restarted on its KV file, it starts paused", {
   timeout: 180_000,
 }, async () => {
   const cwd = tempDir();
-  const processes: CliProcess[] = [];
-  const start = (args: string[]) => {
-    const child = new CliProcess(args, { cwd, env: { WORKPULL_SECRET: "" } });
-    processes.push(child);
-    return child;
-  };
+  const { processes, start } = launcher(cwd);
   const listening = async (server: CliProcess) => {
     await waitFor(
       () => /^listening on http:\/\/127\.0\.0\.1:\d+\/$/m.test(server.stdout),
@@ -259,6 +315,40 @@ test("an unknown flag, a bad value or a missing argument is named, with exit cod
       [["serve", "--flow", "a b"], /--flow must be 1 to 64 letters/],
       [["serve", "--flow", "a", "--flow", "a"], /--flow a is given twice/],
       [["serve", "--log-level", "loud"], /--log-level must be one of error, warn, info, debug/],
+      [["serve", "--memory", "--schedule", "{nope"], /--schedule must be a JSON object/],
+      [["serve", "--memory", "--schedule", '{"every":1000,"payload":1}'], /needs a "key"/],
+      [
+        ["serve", "--memory", "--schedule", '{"key":"k","every":"1m","payload":1,"flow":"x"}'],
+        /--schedule k: "flow" must be a flow served \(jobs\)/,
+      ],
+      [
+        ["serve", "--memory", "--schedule", '{"key":"k","cron":"bad","payload":1}'],
+        /--schedule k: when is not a valid cron pattern in UTC/,
+      ],
+      [
+        ["serve", "--memory", "--schedule", '{"key":"k","every":"soon","payload":1}'],
+        /--schedule k: "every" must be ms or a duration like 30s or 1h/,
+      ],
+      [
+        ["serve", "--memory", "--schedule", '{"key":"k","every":"1m","payload":1,"delay":5}'],
+        /--schedule k: "delay" is not a field/,
+      ],
+      [["serve", "--memory", "--schedule", '{"key":"k","every":"1m"}'], /"payload" is missing/],
+      [
+        ["serve", "--memory", "--schedule", '{"key":"k","every":1,"payload":1}'],
+        /--schedule k: when.every must be in 1000\.\./,
+      ],
+      [
+        [
+          "serve",
+          "--memory",
+          "--schedule",
+          '{"key":"k","every":1000,"payload":1}',
+          "--schedule",
+          '{"key":"k","every":2000,"payload":1}',
+        ],
+        /--schedule k is given twice/,
+      ],
       [["token", "--expires", "soon"], /--expires must be a duration/],
       [["token", "--port", "1"], /unknown flag --port/],
       [["worker"], /MODULE is missing/],

@@ -2,12 +2,13 @@
  * `workpull serve`: one job queue per `--flow`, their controllers and their HTTP/WebSocket apps
  * on one port, each flow under `/flows/<flow>/`. Jobs live in a Deno KV file (default
  * `.workpull/workpull.kv`, one key prefix per flow) so they survive a crash or a restart, or in
- * memory with `--memory`. The backlog and lifecycle options are flags. On SIGTERM or SIGINT the
- * server drains (no new tries, running ones finish and are written) and exits.
+ * memory with `--memory`. The backlog and lifecycle options are flags, and `--schedule` declares
+ * repeating jobs (`schedules.ts`). On SIGTERM or SIGINT the server drains (no new tries, running
+ * ones finish and are written) and exits.
  *
  * The first line on standard output is `listening on <url>` (with the real port when `--port 0`
- * picked one); what follows says where workers connect, where the dashboard is and how to get
- * tokens.
+ * picked one); what follows says where workers connect (and each flow's schedules with their
+ * next runs), where the dashboard is and how to get tokens.
  *
  * @module
  */
@@ -33,6 +34,8 @@ import {
 } from "./flags.ts";
 import { type KvFile, openKvFile, programName, runtime, serveHere } from "./runtime.ts";
 import { DEFAULT_SECRET_FILE, loadSecret } from "./secret.ts";
+import { parseSchedule, type ScheduleArg, scheduleFlag } from "./schedules.ts";
+import { describeWhen } from "../schedule/recurrence.ts";
 
 /** Where jobs live by default. */
 export const DEFAULT_KV = ".workpull/workpull.kv";
@@ -112,6 +115,7 @@ export const serveSpec: CommandSpec = {
       max: 1_000_000,
       help: "at most this many completed and cancelled jobs stay visible (default 10000)",
     },
+    schedule: scheduleFlag,
     "log-level": logLevelFlag,
     "log-format": logFormatFlag,
   },
@@ -120,6 +124,7 @@ export const serveSpec: CommandSpec = {
     "  serve                                  flow 'jobs' on 127.0.0.1:8000, jobs in .workpull/",
     "  serve --flow emails --flow thumbnails --port 9000",
     "  serve --memory --port 0 --attempts 5 --backoff fixed:10s --timeout 2m",
+    `  serve --schedule '{"key":"nightly","cron":"0 3 * * *","payload":{"report":"sales"}}'`,
   ].join("\n"),
 };
 
@@ -132,7 +137,9 @@ export async function runServe(args: ParsedArgs): Promise<number> {
   if (args.has("memory") && args.string("kv") !== undefined) {
     throw new UsageError("--kv and --memory exclude each other");
   }
+  const schedules = args.list("schedule").map((text) => parseSchedule(text, flows));
   const settings = storeSettings(args);
+  checkSchedules(schedules, settings);
   const logger = loggerFrom(args);
   const secretFile = args.string("secret-file", DEFAULT_SECRET_FILE);
   const { secret, source } = loadSecret(secretFile, true)!;
@@ -155,6 +162,9 @@ export async function runServe(args: ParsedArgs): Promise<number> {
     })
   );
   for (const queue of queues) logEvents(queue, logger);
+  for (const { flow, key, when, job } of schedules) {
+    queues[flows.indexOf(flow)].schedule(key, when, job); // checked above
+  }
   await Promise.all(queues.map((queue) => queue.start()));
 
   const auth = { secret };
@@ -192,6 +202,10 @@ export async function runServe(args: ParsedArgs): Promise<number> {
     const workers = new URL("workers", base);
     workers.protocol = workers.protocol === "https:" ? "wss:" : "ws:";
     lines.push(`  flow "${queue.name}": ${base.href}  (workers connect to ${workers.href})`);
+    for (const { key, when, next } of queue.schedules()) {
+      const at = next === undefined ? "" : `, next ${new Date(next).toISOString()}`;
+      lines.push(`    schedule "${key}": ${describeWhen(when)}${at}`);
+    }
   }
   lines.push(
     `  dashboard: ${new URL(`flows/${flows[0]}/`, root).href}  (log in with a client token)`,
@@ -208,6 +222,24 @@ export async function runServe(args: ParsedArgs): Promise<number> {
   );
   console.log(lines.join("\n"));
   return await new Promise<number>(() => {}); // the signal handler drains and exits
+}
+
+/**
+ * Check each `--schedule` as its queue will, before anything is opened or created: a queue of the
+ * same settings, never started, takes it or names what is wrong.
+ */
+function checkSchedules(schedules: readonly ScheduleArg[], settings: StoreSettingsOptions): void {
+  const keys = new Set<string>();
+  for (const { flow, key, when, job } of schedules) {
+    if (keys.has(`${flow}/${key}`)) throw new UsageError(`--schedule ${key} is given twice`);
+    keys.add(`${flow}/${key}`);
+    const queue = new JobQueue({ name: flow, store: new MemoryJobStore(settings) });
+    try {
+      queue.schedule(key, when, job);
+    } catch (error) {
+      throw new UsageError(`--schedule ${key}: ${(error as Error).message}`);
+    }
+  }
 }
 
 /** The store options the flags ask for (only those given: the store has the defaults). */

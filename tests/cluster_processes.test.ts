@@ -5,7 +5,9 @@
  * duplicates only among the jobs it held; an instance SIGSTOPped past its lease and then
  * SIGCONTed is fenced, fails once, claims nothing more, and causes no loss and no other
  * duplicate; an instance without workers claims nothing; a pause on one instance stops every
- * instance from claiming, and a resume there lets them finish every job.
+ * instance from claiming, and a resume there lets them finish every job; a repeating job declared
+ * on every instance runs every second's run, through the SIGKILL of an instance, duplicates only
+ * among the runs that instance was running.
  */
 
 import { after, test } from "node:test";
@@ -438,6 +440,81 @@ test(
         [0, 0],
         adder.stderr + runner.stderr,
       );
+    } finally {
+      for (const instance of instances) instance.signal("SIGKILL");
+      await Promise.all(instances.map((i) => i.exited));
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);
+
+test(
+  "a repeating job declared on three instances runs every second's run, through an instance's SIGKILL",
+  {
+    timeout: 180_000,
+  },
+  async () => {
+    const dir = mkdtempSync(join(tmpdir(), "workpull-cluster-"));
+    const scheduled = (name: string, workers: number): InstanceConfig => ({
+      dir,
+      name,
+      workers,
+      window: 2,
+      handlerMs: 600,
+      leaseTtl: LEASE_TTL,
+      renewInterval: RENEW,
+      schedule: { key: "tick", everyMs: 1000 },
+    });
+    const instances = [scheduled("a", 1), scheduled("b", 1), scheduled("c", 0)].map((config) =>
+      new Instance(config)
+    );
+    const ticks = (seen: ReturnType<typeof journals>) =>
+      [...seen.runs.keys()].filter((id) => id.startsWith("tick@")).sort();
+    try {
+      const [a, b, c] = instances;
+      await Promise.all(instances.map((i) => i.until("ready")));
+      await waitFor(
+        () => {
+          const seen = journals(dir);
+          return ticks(seen).length >= 2 && (seen.running.get(a.pid)?.size ?? 0) > 0;
+        },
+        "two runs started, and a running one",
+        60_000,
+      );
+      a.signal("SIGKILL");
+      const killedAt = Date.now();
+      await a.stop("SIGKILL");
+      const runningAtA = new Set(journals(dir).running.get(a.pid) ?? []);
+      await waitFor(
+        () => ticks(journals(dir)).filter((id) => Date.parse(id.slice(5)) > killedAt).length >= 5,
+        "five runs after the kill",
+        60_000,
+      );
+      // The runs due by now have all ended (a run lasts 600 ms; a's are taken over in time).
+      const until = Date.now() - (LEASE_TTL + RENEW + SCHEDULING_SLACK + 1000);
+      await Promise.all([b.stop("SIGTERM"), c.stop("SIGTERM")]);
+
+      const seen = journals(dir);
+      const all = ticks(seen);
+      const times = all.map((id) => Date.parse(id.slice(5)));
+      const summary = `runs ${all.join(", ")}; a was running ${[...runningAtA]} at the kill; ` +
+        `twice: ${seen.duplicates}`;
+      console.log(summary);
+      for (let i = 1; i < times.length; i++) {
+        assert.equal(times[i] - times[i - 1], 1000, `every second's run, no gap: ${summary}`);
+      }
+      assert.ok(runningAtA.size > 0, `a was running a run when it was killed: ${summary}`);
+      for (const id of runningAtA) {
+        assert.ok(
+          seen.runs.get(id)!.some((run) => run.pid !== a.pid),
+          `${id}, which a was running, ran again on a survivor: ${summary}`,
+        );
+      }
+      const avoidable = seen.duplicates.filter((id) => !runningAtA.has(id));
+      assert.deepEqual(avoidable, [], `duplicates only among what a was running: ${summary}`);
+      const unfinished = all.filter((id, i) => times[i] <= until && !seen.ends.has(id));
+      assert.deepEqual(unfinished, [], `every run due before the end finished: ${summary}`);
+      assert.deepEqual([...b.of("failed"), ...c.of("failed")], [], summary);
     } finally {
       for (const instance of instances) instance.signal("SIGKILL");
       await Promise.all(instances.map((i) => i.exited));

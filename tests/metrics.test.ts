@@ -43,6 +43,24 @@ async function scrape(
 }
 
 describe("GET /metrics", () => {
+  test("a job queue's schedules: when each runs next, labelled with its key", async () => {
+    const queue = new JobQueue({ name: "jobs", store: new MemoryJobStore() });
+    await queue.start();
+    const app = createWorkpullApp({ queue, upgradeWebSocket: noUpgrade, auth: { secret: SECRET } });
+    try {
+      const name = "workpull_schedule_next_run_timestamp_seconds";
+      assert.equal((await scrape(app)).types.has(name), false, "none before a schedule");
+      const key = 'hourly "report"\nall';
+      queue.schedule(key, { every: 3_600_000 }, { payload: { n: 5 } });
+      const next = queue.schedules()[0].next!;
+      const m = await scrape(app);
+      assert.equal(m.types.get(name), "gauge");
+      assert.equal(m.value(name, { flow: "jobs", schedule: key }), next / 1000);
+    } finally {
+      await queue.close();
+    }
+  });
+
   test("counters, gauges and histograms move as a job queue's jobs run, fail and die", async () => {
     const queue = new JobQueue({
       name: "jobs",
@@ -147,6 +165,7 @@ describe("GET /metrics", () => {
       assert.equal(m.value("workpull_job_run_seconds_count", { flow: "jobs" }), 3);
       assert.equal(m.types.has("workpull_backlog_jobs"), false);
       assert.equal(m.types.has("workpull_paused"), false);
+      assert.equal(m.types.has("workpull_schedule_next_run_timestamp_seconds"), false);
       assert.equal(m.types.has("workpull_job_wait_seconds"), false);
       assert.equal(m.types.has("workpull_jobs_dead_total"), false);
     } finally {

@@ -9,7 +9,7 @@
  *   edge's reports the frames it refused before the controller saw them (a flood, and on Bun a
  *   frame the runtime cut for its size);
  * - **gauges read when asked**: connected workers, the backlog's counts, whether a job queue is
- *   paused, the pool, in flight;
+ *   paused, when each of its schedules runs next, the pool, in flight;
  * - **two histograms**: how long a try waited from when it was due (submitted, or its delay or
  *   backoff over) to when it started (a job queue's `active` event has both times), and how
  *   long a job took at its worker as the controller sees it (its confirmation watcher).
@@ -229,6 +229,17 @@ export class FlowMetrics {
           "paused",
           "1 while the job queue is paused (no new try starts), else 0.",
           one((stats as JobQueueStats).paused ? 1 : 0),
+        )]
+        : []),
+      ...(queued
+        ? [gauge(
+          "schedule_next_run_timestamp_seconds",
+          "When each schedule's next run is due, Unix seconds. Long in the past: its run could " +
+            "not be stored (the log says why).",
+          (stats as JobQueueStats).schedules.filter((s) => s.next !== undefined).map((s) => ({
+            labels: { ...flow, schedule: s.key },
+            value: s.next! / 1000,
+          })),
         )]
         : []),
       gauge("pending_jobs", "Jobs accepted and waiting for worker demand.", one(stats.pending)),

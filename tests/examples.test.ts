@@ -119,6 +119,19 @@ test("examples/durable_file_producer.ts: jobs from a source file reach a worker;
   assert.match(stdout, /^marked as accepted: "mail-1"/m);
 });
 
+test("examples/repeating_jobs.ts: two heartbeats a second apart, then each schedule's next run; exits 0", async () => {
+  const { code, stdout, stderr } = await runExample("repeating_jobs.ts");
+  assert.equal(code, 0, stderr);
+  const lines = stdout.trim().split("\n");
+  assert.equal(lines.length, 4, stdout);
+  const beats = lines.slice(0, 2).map((line) =>
+    Date.parse(line.match(/^heartbeat: heartbeat@(\S+)$/)![1])
+  );
+  assert.equal(beats[1] - beats[0], 1000, stdout);
+  assert.match(lines[2], /^next heartbeat: heartbeat@\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.000Z$/);
+  assert.match(lines[3], /^next nightly: nightly@\d{4}-\d\d-\d\dT0[12]:00:00\.000Z$/);
+});
+
 test("every example has a test here, and every README TypeScript block is an example", () => {
   const here = readFileSync(new URL(import.meta.url), "utf8");
   const examples = readdirSync(new URL("../examples/", import.meta.url))

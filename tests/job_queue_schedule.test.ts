@@ -26,7 +26,9 @@ const iso = (time: number) => new Date(time).toISOString();
 describe("schedules in memory", () => {
   test("every: the next run waits in the store, runs at its time, and the one after it is stored", async () => {
     const s = new JobSystem();
-    const info = s.queue.schedule("tick", { every: MINUTE }, { payload: { n: 1 }, priority: 5 });
+    const payload = { n: 1 };
+    const info = s.queue.schedule("tick", { every: MINUTE }, { payload, priority: 5 });
+    payload.n = 99; // the schedule keeps what it was given
     assert.deepEqual(info, {
       key: "tick",
       when: { every: MINUTE },

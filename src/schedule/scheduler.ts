@@ -157,7 +157,9 @@ export class Scheduler {
     const entry: Entry = {
       key,
       recurrence: checked,
-      job: { ...job },
+      // A copy (JSON, as each run encodes it): later changes to the caller's objects do not
+      // reach the runs.
+      job: JSON.parse(JSON.stringify(job)),
       next: undefined,
       nextJob: undefined,
       stored: false,

@@ -70,7 +70,7 @@ export function recurrence(when: unknown, field = "when"): Recurrence {
       throw new RangeError(`${field}.every must be in ${MIN_EVERY}..${MAX_EVERY} ms, got ${every}`);
     }
     return {
-      when: { every },
+      when: Object.freeze({ every }),
       next: (after) => (Math.floor(after / every) + 1) * every,
     };
   }
@@ -90,7 +90,7 @@ export function recurrence(when: unknown, field = "when"): Recurrence {
     throw new RangeError(`${field} is not a valid cron pattern in ${zone}: ${reason}`);
   }
   return {
-    when: { cron, timezone: zone },
+    when: Object.freeze({ cron, timezone: zone }),
     next: (after) => pattern.nextRun(new Date(after))?.getTime(),
   };
 }

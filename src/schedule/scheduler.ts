@@ -73,9 +73,8 @@ interface Entry {
   readonly key: string;
   readonly recurrence: Recurrence;
   readonly job: ScheduledJob;
-  /** The run whose job is stored, or being added: its time and MessageID. */
+  /** The time of the run whose job is stored, or being added (its MessageID: `runId`). */
   next: number | undefined;
-  nextJob: string | undefined;
   /** Whether the job of `next` is stored. */
   stored: boolean;
   timer: TimerHandle | undefined;
@@ -161,7 +160,6 @@ export class Scheduler {
       // reach the runs.
       job: JSON.parse(JSON.stringify(job)),
       next: undefined,
-      nextJob: undefined,
       stored: false,
       timer: undefined,
       live: true,
@@ -197,11 +195,7 @@ export class Scheduler {
   stop(): void {
     this.#closed = true;
     this.#running = false;
-    for (const entry of this.#entries.values()) {
-      entry.live = false;
-      entry.timer?.cancel();
-      entry.timer = undefined;
-    }
+    for (const entry of this.#entries.values()) halt(entry);
   }
 
   /**
@@ -209,12 +203,11 @@ export class Scheduler {
    * yet (a due one may be running) and is not `keep` (the replacement's own next run).
    */
   #retire(entry: Entry, keep?: string): void {
-    entry.live = false;
-    entry.timer?.cancel();
-    entry.timer = undefined;
-    const { next, nextJob } = entry;
-    if (!nextJob || nextJob === keep || next === undefined) return;
-    if (next <= this.#port.clock.now()) return;
+    halt(entry);
+    const next = entry.next;
+    if (next === undefined || next <= this.#port.clock.now()) return;
+    const nextJob = runId(entry.key, next);
+    if (nextJob === keep) return;
     this.#port.cancel(nextJob).catch((error) =>
       this.#port.logger.error(`the schedule ${entry.key} could not cancel ${nextJob}`, error)
     );
@@ -228,15 +221,15 @@ export class Scheduler {
       return;
     }
     entry.next = next;
-    entry.nextJob = runId(entry.key, next);
     entry.stored = false;
     this.#store(entry);
   }
 
   #store(entry: Entry): void {
     const time = entry.next!;
+    const id = runId(entry.key, time);
     const { payload, ...options } = entry.job;
-    this.#port.add(payload, { ...options, messageId: entry.nextJob, runAt: time }).then(
+    this.#port.add(payload, { ...options, messageId: id, runAt: time }).then(
       () => {
         if (!entry.live || entry.next !== time) return;
         entry.stored = true;
@@ -245,7 +238,7 @@ export class Scheduler {
       (error) => {
         if (!entry.live || entry.next !== time) return;
         this.#port.logger.error(
-          `the schedule ${entry.key} could not add its run ${entry.nextJob}; trying again`,
+          `the schedule ${entry.key} could not add its run ${id}; trying again`,
           error,
         );
         this.#wait(entry, this.#port.clock.now() + SCHEDULE_RETRY);
@@ -270,7 +263,9 @@ export class Scheduler {
       // A failed add: try the same run again, unless the run after it is due already.
       const after = entry.recurrence.next(next);
       if (after !== undefined && after <= now) {
-        this.#port.logger.error(`the schedule ${entry.key} skipped its run ${entry.nextJob}`);
+        this.#port.logger.error(
+          `the schedule ${entry.key} skipped its run ${runId(entry.key, next)}`,
+        );
         return this.#plan(entry);
       }
       return this.#store(entry);
@@ -285,7 +280,14 @@ function info(entry: Entry): ScheduleInfo {
     key: entry.key,
     when: entry.recurrence.when,
     next: entry.next,
-    nextJob: entry.nextJob,
+    nextJob: entry.next === undefined ? undefined : runId(entry.key, entry.next),
     stored: entry.stored,
   };
+}
+
+/** An entry stops: its pending work is dropped and its timer cancelled. */
+function halt(entry: Entry): void {
+  entry.live = false;
+  entry.timer?.cancel();
+  entry.timer = undefined;
 }

@@ -18,8 +18,12 @@
  * `outcomes` on, workers announcing feature `outcomes` (their jobs frames carry try numbers and
  * every confirmation goes through the durable lane with its outcome).
  *
+ * `--job-queue` measures a job queue: a `JobQueue` on a `MemoryJobStore` (jobs added with
+ * `addMany`, 1,000 a call, 4 calls waiting at a time, then taken from its backlog), its controller
+ * and the same workers with feature `outcomes`: what a job costs with retries, results and states.
+ *
  *   deno run -A bench/tools/controller_cpu.ts [jobs=300000] [rounds=5] [--profile] [--allocations]
- *     [--outcomes] [--each] [--at-once]
+ *     [--outcomes] [--job-queue] [--each] [--at-once]
  *
  * @module
  */
@@ -27,7 +31,13 @@
 import { mkdirSync } from "node:fs";
 import process from "node:process";
 import v8 from "node:v8";
-import { BufferedProducer, MemoryWorkQueue, WorkPullingController } from "../../mod.ts";
+import {
+  BufferedProducer,
+  JobQueue,
+  MemoryJobStore,
+  MemoryWorkQueue,
+  WorkPullingController,
+} from "../../mod.ts";
 import {
   printAllocationsPerJob,
   printTop,
@@ -43,7 +53,7 @@ import { SUBMIT_BATCH, SUBMIT_IN_FLIGHT, submitStreaming } from "../lib/setups.t
 
 const { values, positionals } = commandLine({
   usage:
-    "deno run -A bench/tools/controller_cpu.ts [jobs] [rounds] [--profile] [--allocations] [--outcomes] [--each] [--at-once]",
+    "deno run -A bench/tools/controller_cpu.ts [jobs] [rounds] [--profile] [--allocations] [--outcomes] [--job-queue] [--each] [--at-once]",
   summary: "The controller's CPU time per job without sockets (4 scripted workers, window 100).",
   positionals: [
     { name: "jobs", help: "jobs per round (default 300000)" },
@@ -59,6 +69,10 @@ const { values, positionals } = commandLine({
       kind: "switch",
       help: "job-queue mode: a MemoryWorkQueue, outcomes on, workers with feature outcomes",
     },
+    "job-queue": {
+      kind: "switch",
+      help: "a JobQueue on a MemoryJobStore: jobs added with addMany, taken from its backlog",
+    },
     each: { kind: "switch", help: "submit every job with its own submit() (default: submitMany)" },
     "at-once": {
       kind: "switch",
@@ -68,18 +82,20 @@ const { values, positionals } = commandLine({
 });
 const jobs = numberArg("jobs", positionals[0], 300_000);
 const rounds = numberArg("rounds", positionals[1], 5);
-const outcomes = values.outcomes === true;
+const jobQueue = values["job-queue"] === true;
+const outcomes = values.outcomes === true || jobQueue;
 const each = values.each === true;
 const atOnce = values["at-once"] === true;
 const WINDOW = 100;
 
 const producer = new BufferedProducer<{ n: number }>();
-const controller = new WorkPullingController({
+const queue = jobQueue ? new JobQueue({ name: "bench", store: new MemoryJobStore() }) : undefined;
+const controller = queue?.controller ?? new WorkPullingController({
   name: "bench",
   producer,
   ...(outcomes ? { queue: new MemoryWorkQueue(), outcomes: true } : {}),
 });
-await controller.start();
+await (queue ?? controller).start();
 const workers = attachScriptedWorkers(controller, { window: WINDOW, outcomes });
 
 /** Bytes allocated on the JavaScript heap so far (V8 only: Bun's figure is not a running total). */
@@ -97,7 +113,9 @@ async function batch(count: number): Promise<{ ms: number; bytes: number | undef
   const finished = workers.confirmedAll(workers.confirmed + count);
   const allocated = allocatedBytes();
   const start = process.cpuUsage();
-  if (each) {
+  if (queue) {
+    addStreaming(queue, count, atOnce ? Math.ceil(count / SUBMIT_BATCH) : SUBMIT_IN_FLIGHT);
+  } else if (each) {
     for (let n = 0; n < count; n++) producer.submit({ n }).catch(() => {});
   } else {
     // At once: one call waiting per batch, so every call is made before any receipt comes.
@@ -112,6 +130,21 @@ async function batch(count: number): Promise<{ ms: number; bytes: number | undef
   return { ms: (used.user + used.system) / 1000, bytes };
 }
 
+/** `queue.addMany` as `submitStreaming` calls `submitMany`: 1,000 jobs a call. */
+function addStreaming(queue: JobQueue, count: number, inFlight: number): void {
+  let next = 0;
+  const feed = async () => {
+    while (next < count) {
+      const first = next;
+      next = Math.min(count, next + SUBMIT_BATCH);
+      const jobs = [];
+      for (let n = first; n < next; n++) jobs.push({ payload: { n } });
+      await queue.addMany(jobs);
+    }
+  };
+  for (let i = 0; i < inFlight; i++) feed().catch((error) => console.error(error));
+}
+
 await batch(jobs / 2);
 const profile = values.profile === true;
 if (profile) await startProfiling();
@@ -124,8 +157,14 @@ for (let i = 0; i < rounds; i++) {
   if (round.bytes !== undefined) bytes.push(round.bytes / jobs);
 }
 console.log(
-  `controller + producer${outcomes ? " (outcomes)" : ""}${
-    each ? ", submit() each" : atOnce ? ", submitMany at once" : ", submitMany streamed"
+  `${jobQueue ? "job queue" : `controller + producer${outcomes ? " (outcomes)" : ""}`}${
+    jobQueue
+      ? atOnce ? ", addMany at once" : ", addMany streamed"
+      : each
+      ? ", submit() each"
+      : atOnce
+      ? ", submitMany at once"
+      : ", submitMany streamed"
   }, CPU time: ${median(times.map((ms) => ms * 1000 / jobs)).toFixed(2)} µs/job ` +
     `(rounds: ${times.map((ms) => (ms * 1000 / jobs).toFixed(2)).join(", ")})` +
     (bytes.length ? `; allocated: ${Math.round(median(bytes))} bytes/job` : ""),
@@ -136,5 +175,5 @@ if (profile) {
   mkdirSync(dir, { recursive: true });
   printTop((await stopProfiling(dir, "controller_cpu"))!, 0, 40);
 }
-await controller.close();
+await (queue ?? controller).close();
 process.exit(0);

@@ -15,6 +15,7 @@
  * Bun runs with its concurrent JIT off. Both runs go in parallel. Slow: a few minutes.
  *
  *   deno run -A bench/tools/controller_instructions.ts [--runtime=deno|bun] [--jobs=N] [--outcomes]
+ *     [--job-queue]
  *
  * Needs `valgrind` (Debian: `apt-get install valgrind`).
  *
@@ -31,7 +32,7 @@ import { makeTempDir, removeTempDir } from "../lib/tmp.ts";
 
 const { values } = commandLine({
   usage:
-    "deno run -A bench/tools/controller_instructions.ts [--runtime=deno|bun] [--jobs=N] [--outcomes]",
+    "deno run -A bench/tools/controller_instructions.ts [--runtime=deno|bun] [--jobs=N] [--outcomes] [--job-queue]",
   summary: [
     "Instructions per job of the controller_cpu.ts workload under valgrind's callgrind: two runs",
     "(2 and 6 rounds of N jobs) and the difference, so start-up and warm-up cancel out.",
@@ -40,7 +41,11 @@ const { values } = commandLine({
   flags: {
     runtime: { kind: "value", value: "deno|bun", help: "the runtime to count (default deno)" },
     jobs: { kind: "value", value: "N", help: "jobs per round (default 20000)" },
-    outcomes: { kind: "switch", help: "the job-queue mode of controller_cpu.ts (--outcomes)" },
+    outcomes: { kind: "switch", help: "the outcomes mode of controller_cpu.ts (--outcomes)" },
+    "job-queue": {
+      kind: "switch",
+      help: "a JobQueue on a MemoryJobStore (controller_cpu.ts --job-queue)",
+    },
   },
 });
 const target = (values.runtime ?? "deno") as string;
@@ -54,12 +59,20 @@ const MANY = 6;
 /** The longest a callgrind run may take. */
 const TIMEOUT_MS = 90 * 60_000;
 const outcomes = values.outcomes === true;
+const jobQueue = values["job-queue"] === true;
+/** How the workload is named in the output. */
+const mode = jobQueue ? " (job queue)" : outcomes ? " (outcomes)" : "";
 
 /** Run the workload with `rounds` rounds under callgrind; its instruction total. */
 function count(runtime: Runtime, rounds: number, dir: string): Promise<number> {
   const out = join(dir, `callgrind.${rounds}.out`);
   const script = repoPath("bench", "tools", "controller_cpu.ts");
-  const workload = [String(jobs), String(rounds), ...(outcomes ? ["--outcomes"] : [])];
+  const workload = [
+    String(jobs),
+    String(rounds),
+    ...(outcomes ? ["--outcomes"] : []),
+    ...(jobQueue ? ["--job-queue"] : []),
+  ];
   const command = runtime === "deno"
     ? [binary("deno"), "run", "-A", "--quiet", "--v8-flags=--single-threaded", script, ...workload]
     : [binary("bun"), script, ...workload];
@@ -93,14 +106,12 @@ function count(runtime: Runtime, rounds: number, dir: string): Promise<number> {
 const dir = makeTempDir("callgrind");
 try {
   console.log(
-    `counting ${target}${
-      outcomes ? " (outcomes)" : ""
-    }: ${FEW} and ${MANY} rounds of ${jobs} jobs under callgrind…`,
+    `counting ${target}${mode}: ${FEW} and ${MANY} rounds of ${jobs} jobs under callgrind…`,
   );
   const [a, b] = await Promise.all([count(target, FEW, dir), count(target, MANY, dir)]);
   const perJob = (b - a) / ((MANY - FEW) * jobs);
   console.log(
-    `controller + producer${outcomes ? " (outcomes)" : ""} on ${target}: ${
+    `controller + producer${mode} on ${target}: ${
       Math.round(perJob).toLocaleString("en-US")
     } instructions/job (totals ${a.toLocaleString("en-US")} and ${b.toLocaleString("en-US")})`,
   );

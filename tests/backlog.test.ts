@@ -297,4 +297,47 @@ describe("backlog", () => {
     assert.deepEqual((await store.take(10)).map((job) => job.messageId), ["b"]);
     assert.deepEqual(store.takeNow(10), [], "nothing is due");
   });
+  test("a store tells its listener only the changes it follows", async () => {
+    const store = new MemoryJobStore();
+    const { epoch } = await store.load();
+    const told: string[] = [];
+    const followed = new Set(["b"]);
+    store.listen({
+      ready: () => {},
+      changed: (job) => told.push(`${job.id}:${job.state}`),
+      follows: (id) => followed.has(id),
+    });
+    await store.enqueue(["a", "b"].map((id) => ({ id, payload: "1", plan: planJob({}, 0) })));
+    await store.take(10);
+    await store.commit(epoch, {
+      store: {
+        firstSeq: 1,
+        jobs: [{ messageId: "a", payload: "1" }, { messageId: "b", payload: "1" }],
+      },
+    });
+    followed.add("a");
+    await store.commit(epoch, { confirm: ["a", "b"] });
+    assert.deepEqual(told, ["b:waiting", "b:active", "a:completed", "b:completed"]);
+  });
+
+  test("job events go to listeners added at any time; results come without one", async () => {
+    const s = new JobSystem();
+    await s.queue.start();
+    s.worker("w1");
+    const first = await s.queue.add(1, { messageId: "quiet" });
+    await s.until(async () => (await s.state("quiet")) === "completed", "quiet completed");
+    assert.equal((await first.finished).state, "completed", "a waiter needs no listener");
+    const states: string[] = [];
+    const listener = (event: { job: { id: string; state: string } }) =>
+      states.push(`${event.job.id}:${event.job.state}`);
+    s.queue.addEventListener("job", listener);
+    await s.queue.add(2, { messageId: "heard" });
+    await s.until(async () => (await s.state("heard")) === "completed", "heard completed");
+    assert.deepEqual(states, ["heard:waiting", "heard:active", "heard:completed"]);
+    s.queue.removeEventListener("job", listener);
+    await s.queue.add(3, { messageId: "after" });
+    await s.until(async () => (await s.state("after")) === "completed", "after completed");
+    assert.equal(states.length, 3, "a removed listener hears nothing more");
+    await s.close();
+  });
 });

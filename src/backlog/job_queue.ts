@@ -244,6 +244,9 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
     store.listen({
       ready: () => this.#producer.ready(),
       changed: (job, previous) => this.#changed(job, previous),
+      // A change matters to a listener of "job" events, a caller waiting for the job to finish,
+      // or its progress to forget; building the others' JobInfo was half of what a job allocated.
+      follows: (id) => this.listens("job") || this.#waiters.has(id) || this.#progress.has(id),
       // A store shared by several instances reports this instance's figures in its registry,
       // passes on cancel requests from other instances, and stops the controller once another
       // process took this instance over.
@@ -559,7 +562,7 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
   #changed(job: JobInfo, previous: JobRecord["state"] | undefined): void {
     if (job.state !== "active") this.#progress.delete(job.id);
     this.#settle(job);
-    this.dispatchEvent(new JobChangedEvent(job, previous));
+    if (this.listens("job")) this.dispatchEvent(new JobChangedEvent(job, previous));
   }
 
   #settle(job: JobInfo): void {

@@ -83,6 +83,11 @@ export interface JobStoreListener {
   ready(): void;
   /** A job moved (after the write is durable). */
   changed(job: JobInfo, previous: JobRecord["state"] | undefined): void;
+  /**
+   * Optional: whether the owner needs `changed` for job `id` now (absent: for every job). A
+   * store may skip a change nobody follows, and the `JobInfo` it would build for it.
+   */
+  follows?(id: string): boolean;
   /** Optional, for a store shared by several instances: the owner's controller figures. */
   stats?(): ControllerStats;
   /**

@@ -22,7 +22,7 @@
  */
 
 import { type Clock, type TimerHandle, wallClock } from "../core/clock.ts";
-import { Heap } from "../core/heap.ts";
+import { RunHeap } from "../core/run_heap.ts";
 import { RecentMap } from "../core/recent_map.ts";
 import { checkBatch, checkStoredJob } from "../queue/batch_checks.ts";
 import {
@@ -220,8 +220,9 @@ export class JobStoreEngine implements JobStore {
   readonly #records = new Map<string, JobRecord>();
   readonly #payloads = new Map<string, string>();
   readonly #entries = new Map<string, Entry>();
-  readonly #due = new Heap<Entry>(readyOrder);
-  readonly #scheduled = new Heap<Entry>(byDueTime);
+  // Jobs come due mostly in the order they were added: RunHeap takes those in O(1).
+  readonly #due = new RunHeap<Entry>(readyOrder);
+  readonly #scheduled = new RunHeap<Entry>(byDueTime);
   readonly #reserved = new Set<string>();
   readonly #active = new Map<string, Active>();
   readonly #dead = new Map<string, true>();
@@ -314,8 +315,11 @@ export class JobStoreEngine implements JobStore {
         this.#putRecord(record);
         this.#putPayload(job.id, job.payload);
         if (this.#place(record, now)) due = true;
-        results.push({ job: infoOf(record, now), created: true });
-        this.#notify((listener) => listener.changed(infoOf(record, now), undefined));
+        const info = infoOf(record, now);
+        results.push({ job: info, created: true });
+        this.#notify((listener) => {
+          if (listener.follows?.(job.id) !== false) listener.changed(info, undefined);
+        });
       }
       this.#arm();
       if (due) this.#notify((listener) => listener.ready());
@@ -380,7 +384,9 @@ export class JobStoreEngine implements JobStore {
       if (this.#reserved.has(id)) return { ...infoOf(record, now), state: "active" };
       if (!isQueued(record)) return infoOf(record, now);
       this.#entries.delete(id);
-      return this.#settle({ ...record, state: "cancelled", finishedAt: now }, now, record.state);
+      const cancelled: JobRecord = { ...record, state: "cancelled", finishedAt: now };
+      this.#settle(cancelled, now, record.state);
+      return infoOf(cancelled, now);
     }, [id]);
   }
 
@@ -606,7 +612,7 @@ export class JobStoreEngine implements JobStore {
       confirmed: false,
       outcome: undefined,
     });
-    this.#notify((listener) => listener.changed(infoOf(started, now), previous));
+    this.#tellChanged(started, now, previous);
     return {
       seq: this.#currentSeq,
       alreadyStored: false,
@@ -648,7 +654,7 @@ export class JobStoreEngine implements JobStore {
   }
 
   /** Store a record's new state and put it where that state lives. */
-  #settle(record: JobRecord, now: number, previous: JobRecord["state"]): JobInfo {
+  #settle(record: JobRecord, now: number, previous: JobRecord["state"]): void {
     this.#putRecord(record);
     let due = false;
     if (record.state === "completed" || record.state === "cancelled") {
@@ -659,11 +665,16 @@ export class JobStoreEngine implements JobStore {
     } else if (isQueued(record)) {
       due = this.#place(record, now);
     }
-    const info = infoOf(record, now);
-    this.#notify((listener) => listener.changed(info, previous));
+    this.#tellChanged(record, now, previous);
     this.#arm();
     if (due) this.#notify((listener) => listener.ready());
-    return info;
+  }
+
+  /** Tell the listener, once durable, that the job moved to `record` (if it follows the job). */
+  #tellChanged(record: JobRecord, now: number, previous: JobRecord["state"] | undefined): void {
+    this.#notify((listener) => {
+      if (listener.follows?.(record.id) !== false) listener.changed(infoOf(record, now), previous);
+    });
   }
 
   /** Put a queued record in the order; true when it is due now. */
@@ -697,7 +708,9 @@ export class JobStoreEngine implements JobStore {
     const record = this.#records.get(id);
     if (!record || record.state !== "dead") return undefined;
     this.#dead.delete(id);
-    return this.#settle(reviveDead(record, now), now, "dead");
+    const revived = reviveDead(record, now);
+    this.#settle(revived, now, "dead");
+    return infoOf(revived, now);
   }
 
   /** Move the scheduled jobs that fell due into the due order. */

@@ -33,6 +33,15 @@ export class SafeEventTarget<M extends object = {}> extends EventTarget {
     this.#logger = logger;
   }
 
+  /**
+   * Whether a listener for `type` may be registered: an emitter skips building events nobody
+   * hears. It can say yes for a `once` listener that ran or one removed by its signal, never no
+   * for a registered one.
+   */
+  protected listens(type: string): boolean {
+    return (this.#wrapped.get(type)?.size ?? 0) > 0;
+  }
+
   /** Listen for one of this target's typed events; the listener is guarded. */
   override addEventListener<K extends keyof M & string>(
     type: K,

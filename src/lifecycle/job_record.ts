@@ -177,17 +177,18 @@ export function finishTry(
   random: () => number,
 ): JobRecord {
   const worker = outcome.worker ?? record.worker;
+  if (outcome.kind === "completed") {
+    // The path of nearly every job: one copy (an earlier completion's result is left out).
+    const { result: _, ...rest } = record;
+    const next: Writable<JobRecord> = rest;
+    if (worker !== undefined) next.worker = worker;
+    next.state = "completed";
+    next.finishedAt = now;
+    if (outcome.result !== undefined) next.result = outcome.result;
+    return next;
+  }
   const base = { ...record, ...(worker === undefined ? {} : { worker }) };
   switch (outcome.kind) {
-    case "completed": {
-      const { result: _, ...rest } = base;
-      return {
-        ...rest,
-        state: "completed",
-        finishedAt: now,
-        ...(outcome.result === undefined ? {} : { result: outcome.result }),
-      };
-    }
     case "cancelled":
       return { ...base, state: "cancelled", finishedAt: now };
     case "failed": {
@@ -230,7 +231,7 @@ export function isQueued(record: JobRecord): boolean {
 export function infoOf(
   record: JobRecord,
   now: number,
-  live: { worker?: string; progress?: unknown } = {},
+  live?: { worker?: string; progress?: unknown },
 ): JobInfo {
   const state = publicState(record, now);
   const queued = state === "waiting" || state === "scheduled" || state === "failed";
@@ -242,19 +243,25 @@ export function infoOf(
       result = undefined;
     }
   }
-  const worker = live.worker ?? record.worker;
-  return {
+  const worker = live?.worker ?? record.worker;
+  // Fields assigned one by one, in this order, rather than spread from temporary objects: every
+  // job's changes go through here.
+  const info: Writable<JobInfo> = {
     id: record.id,
     state,
     attempts: record.attempts,
     priority: record.priority,
     enqueuedAt: record.enqueuedAt,
-    ...(queued || state === "active" ? { runAt: record.runAt } : {}),
-    ...(record.startedAt === undefined ? {} : { startedAt: record.startedAt }),
-    ...(record.finishedAt === undefined ? {} : { finishedAt: record.finishedAt }),
-    ...(worker === undefined ? {} : { worker }),
-    ...(record.result === undefined ? {} : { result }),
-    ...(record.error === undefined ? {} : { error: record.error }),
-    ...(state === "active" && live.progress !== undefined ? { progress: live.progress } : {}),
   };
+  if (queued || state === "active") info.runAt = record.runAt;
+  if (record.startedAt !== undefined) info.startedAt = record.startedAt;
+  if (record.finishedAt !== undefined) info.finishedAt = record.finishedAt;
+  if (worker !== undefined) info.worker = worker;
+  if (record.result !== undefined) info.result = result;
+  if (record.error !== undefined) info.error = record.error;
+  if (state === "active" && live?.progress !== undefined) info.progress = live.progress;
+  return info;
 }
+
+/** `T` with its fields writable: a record built field by field. */
+type Writable<T> = { -readonly [K in keyof T]: T[K] };

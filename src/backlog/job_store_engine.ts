@@ -227,7 +227,9 @@ export class JobStoreEngine implements JobStore {
   readonly #active = new Map<string, Active>();
   readonly #dead = new Map<string, true>();
   /** Finished jobs in finishing order, a ring of `retainedJobs`: the oldest is forgotten. */
-  readonly #finished: ({ id: string; at: number } | undefined)[];
+  readonly #finished: (string | undefined)[];
+  /** When each of `#finished` finished (a parallel array: no object a job). */
+  readonly #finishedAt: number[];
   #finishedNext = 0;
   readonly #completedSeqs: RecentMap<string, number>;
   #listener: JobStoreListener | undefined;
@@ -268,6 +270,7 @@ export class JobStoreEngine implements JobStore {
     this.#clock = this.clock = options.clock ?? wallClock;
     this.#random = options.random ?? Math.random;
     this.#finished = new Array(this.settings.retainedJobs);
+    this.#finishedAt = new Array(this.settings.retainedJobs);
     this.#completedSeqs = new RecentMap(Math.min(this.settings.retainedJobs, 10_000));
     this.#journal = journal;
     this.#journaled = journal !== MEMORY_JOURNAL;
@@ -699,8 +702,11 @@ export class JobStoreEngine implements JobStore {
     if (this.#finished.length === 0) return void this.#dropRecord(record.id);
     const slot = this.#finishedNext;
     const old = this.#finished[slot];
-    if (old && this.#records.get(old.id)?.finishedAt === old.at) this.#dropRecord(old.id);
-    this.#finished[slot] = { id: record.id, at: record.finishedAt! };
+    if (old !== undefined && this.#records.get(old)?.finishedAt === this.#finishedAt[slot]) {
+      this.#dropRecord(old);
+    }
+    this.#finished[slot] = record.id;
+    this.#finishedAt[slot] = record.finishedAt!;
     this.#finishedNext = (slot + 1) % this.#finished.length;
   }
 

@@ -129,12 +129,16 @@ test("the batched raw WebSocket baseline runs beside workpull and the per-job ba
     const pairs = results.runtimes.deno.throughput.pairs;
     assert.deepEqual(pairs.map((p: { topology: string }) => p.topology), ["1×4", "4×1"]);
     for (const pair of pairs) {
-      for (const system of [pair.raw, pair.batched, pair.workpull]) {
+      for (const system of [pair.raw, pair.batched, pair.workpull, pair.jobQueue]) {
         assert.equal(system.samples.length, 1);
         assert.ok(system.median > 0, `jobs/s above zero in ${pair.topology}`);
       }
       assert.equal(pair.batchedRatios.length, 1, "every round's ratio is recorded");
       assert.ok(pair.batchedRatio > 0);
+      // The job queue against the controller alone, in the same round.
+      assert.equal(pair.jobQueueRatios.length, 1);
+      const ratio = pair.jobQueue.samples[0] / pair.workpull.samples[0];
+      assert.ok(Math.abs(pair.jobQueueRatios[0] - ratio) < 0.002, `${pair.jobQueueRatios[0]}`);
     }
     const load = results.loads.find((l: { scenario: string }) => l.scenario === "throughput");
     assert.ok(load, "the throughput scenario's load is recorded");

@@ -202,6 +202,14 @@ function headline(results: Results): string[][] {
           x(pair.batchedRatio),
         ]);
       }
+      if (pair.jobQueue && pair.jobQueueRatio !== undefined) {
+        rows.push([
+          `  as a job queue (JobQueue on a MemoryJobStore), ${label}, ${pair.topology}`,
+          `${n0(pair.jobQueue.median)} jobs/s`,
+          `workpull's controller alone ${n0(pair.workpull.median)} jobs/s`,
+          x(pair.jobQueueRatio),
+        ]);
+      }
     }
     if (r.durable) {
       rows.push([
@@ -495,6 +503,7 @@ function details(results: Results): string[] {
           "workpull's producer (a `BufferedProducer`) is given each run's jobs with `submitMany`, 1,000 jobs a call, awaiting each call's receipts with 4 calls waiting at a time, as a producer streaming a large source does (the BullMQ peer awaits each `addBulk`; the NATS peer bounds its publishes awaiting a PubAck). " +
           'The raw baseline (same runtime, same layout of sockets per process) sends each job as one JSON text message `{"type":"job","id":<random UUID>,"payload":{"n":i}}`, the client parses it and answers one JSON confirmation `{"type":"ack","id":…}`, which the server parses before releasing the next job; at most `window` unconfirmed per socket; nothing else (no queue, no validation, no redelivery). ' +
           'The batched raw baseline (the practical limit, `lib/batched_raw.ts`) moves jobs as workpull does: every granted job in one frame `{"type":"jobs","seq":s,"jobs":[{"id":<random UUID>,"payload":{"n":i}},…]}`, the client confirming cumulatively with a top-up `{"type":"request","confirmed":c,"upTo":c+window}` at half the window (else an `ack` when the frame is used up); JSON.parse on both sides; no queue logic. ' +
+          "The job queue (`JobQueueSetup`) is workpull as a `JobQueue` on a `MemoryJobStore`, served the same way to the same worker processes, given each run's jobs with `addMany` (1,000 a call, 4 calls waiting at a time) and taking them from its backlog: every job is a record with its state, tries and result, and every worker reports each job's outcome (feature `outcomes`); it is measured against workpull's controller alone in the same rounds. " +
           "Each ratio is the median of the per-round ratios; every round's ratio is listed.",
         "",
         markdownTable(
@@ -507,6 +516,9 @@ function details(results: Results): string[] {
             "vs raw",
             "vs batched, per round",
             "vs batched",
+            "job queue (jobs/s)",
+            "job queue vs workpull, per round",
+            "job queue vs workpull",
           ],
           t.pairs.map((p) => [
             p.topology,
@@ -517,6 +529,9 @@ function details(results: Results): string[] {
             x(p.ratio),
             p.batchedRatios ? p.batchedRatios.map((v) => v.toFixed(2)).join(", ") : "",
             p.batchedRatio === undefined ? "" : x(p.batchedRatio),
+            p.jobQueue ? `${n0(p.jobQueue.median)} (${p.jobQueue.samples.map(n0).join(", ")})` : "",
+            p.jobQueueRatios ? p.jobQueueRatios.map((v) => v.toFixed(2)).join(", ") : "",
+            p.jobQueueRatio === undefined ? "" : x(p.jobQueueRatio),
           ]),
         ),
         "",
@@ -863,6 +878,14 @@ export function readmeSection(results: Results): string {
           x(pair.batchedRatio),
         ]);
       }
+      if (pair.jobQueue && pair.jobQueueRatio !== undefined) {
+        rows.push([
+          `  the same as a job queue (\`JobQueue\` on a \`MemoryJobStore\`: states, tries, results)`,
+          `${n0(pair.jobQueue.median)} jobs/s`,
+          `workpull's controller alone ${n0(pair.workpull.median)} jobs/s`,
+          x(pair.jobQueueRatio),
+        ]);
+      }
     }
   }
   if (peer) {
@@ -871,10 +894,23 @@ export function readmeSection(results: Results): string {
     );
     rows.push([
       `Peer: BullMQ ${peer.bullmq} + Redis (best of concurrency 1 and 50)`,
-      `${n0(lowest)} jobs/s (lowest row above)`,
+      `${n0(lowest)} jobs/s (lowest controller row above)`,
       `${n0(peer.best.jobsPerSecond)} jobs/s`,
       x(lowest / peer.best.jobsPerSecond),
     ]);
+    const queues = runtimes.flatMap(([, r]) =>
+      (r.throughput?.pairs ?? []).flatMap((p) => p.jobQueue ? [p.jobQueue.median] : [])
+    );
+    if (queues.length > 0) {
+      // BullMQ is a job queue: beside workpull's job queue too, states and retries on both sides.
+      const lowestQueue = Math.min(...queues);
+      rows.push([
+        `Peer: BullMQ ${peer.bullmq} + Redis, against workpull's job queue`,
+        `${n0(lowestQueue)} jobs/s (lowest job queue row above)`,
+        `${n0(peer.best.jobsPerSecond)} jobs/s`,
+        x(lowestQueue / peer.best.jobsPerSecond),
+      ]);
+    }
   }
   const deno = results.runtimes.deno;
   if (deno?.durable) {
@@ -1001,8 +1037,10 @@ export function readmeSection(results: Results): string {
     "Baselines: a raw WebSocket server and client exchanging one JSON job message and one JSON " +
     "confirmation per job with the same window (100) and layout; the batched raw WebSocket " +
     "limit (workpull's batching and cumulative confirmation, no queue logic); raw Deno KV " +
-    "commits of the adapter's own writes. The throughput and durable runs give workpull's " +
-    "producer its jobs with `submitMany` (1,000 a call, 4 calls waiting at a time); the latency " +
+    "commits of the adapter's own writes; for the job queue (a `JobQueue` on a `MemoryJobStore`, " +
+    "jobs added with `addMany`), workpull's controller alone in the same rounds. The throughput " +
+    "and durable runs give workpull's producer its jobs with `submitMany` (1,000 a call, 4 calls " +
+    "waiting at a time); the latency " +
     "runs submit each job with " +
     "`submit()`, and halve the maximum measured that way. Details, every round's samples and ratios, the load " +
     "on the machine and the methods: [bench/results.md](bench/results.md).",

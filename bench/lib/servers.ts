@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { BufferedProducer, WorkPullingController } from "../../mod.ts";
+import type { BufferedProducer, JobQueue, WorkPullingController } from "../../mod.ts";
 import { signToken } from "../../server.ts";
 import type { WorkpullServer } from "../../server.ts";
 import { runtime } from "./runtime.ts";
@@ -32,6 +32,18 @@ export async function serveWorkpull(
     ? (await import("../../deno.ts")).serveDeno
     : (await import("../../bun.ts")).serveBun;
   return serve({ controller, producer, auth: { secret: SECRET } });
+}
+
+/** Serve a job queue on 127.0.0.1, a free port, with the runtime's adapter. */
+export async function serveJobQueue(queue: JobQueue): Promise<WorkpullServer> {
+  if (runtime === "node") {
+    const { serveNode } = await import("../../node.ts");
+    return await serveNode({ queue, auth: { secret: SECRET } });
+  }
+  const serve = runtime === "deno"
+    ? (await import("../../deno.ts")).serveDeno
+    : (await import("../../bun.ts")).serveBun;
+  return serve({ queue, auth: { secret: SECRET } });
 }
 
 /**

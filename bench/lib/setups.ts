@@ -9,12 +9,12 @@
  */
 
 import process from "node:process";
-import { BufferedProducer, WorkPullingController } from "../../mod.ts";
+import { BufferedProducer, JobQueue, MemoryJobStore, WorkPullingController } from "../../mod.ts";
 import type { WorkPullingControllerOptions } from "../../mod.ts";
 import type { WorkpullServer } from "../../server.ts";
 import { type Child, spawnChild, withTimeout } from "./proc.ts";
 import { now, repoPath, type Runtime, runtime, scriptCommand, until } from "./runtime.ts";
-import { type RawServer, rawServer, serveWorkpull, workerToken } from "./servers.ts";
+import { type RawServer, rawServer, serveJobQueue, serveWorkpull, workerToken } from "./servers.ts";
 import type { WorkerConfig } from "../scenarios/worker_process.ts";
 
 /**
@@ -66,6 +66,25 @@ export async function submitStreaming(
       const payloads = [];
       for (let n = first; n < next; n++) payloads.push({ n });
       await producer.submitMany(payloads);
+    }
+  };
+  await Promise.all(Array.from({ length: inFlight }, feed));
+}
+
+/** `queue.addMany` as {@linkcode submitStreaming} calls `submitMany`; resolves when all are added. */
+export async function addStreaming(
+  queue: JobQueue,
+  count: number,
+  inFlight = SUBMIT_IN_FLIGHT,
+): Promise<void> {
+  let next = 0;
+  const feed = async () => {
+    while (next < count) {
+      const first = next;
+      next = Math.min(count, next + SUBMIT_BATCH);
+      const jobs = [];
+      for (let n = first; n < next; n++) jobs.push({ payload: { n } });
+      await queue.addMany(jobs);
     }
   };
   await Promise.all(Array.from({ length: inFlight }, feed));
@@ -280,5 +299,79 @@ export class RawSetup implements Setup {
   async close(): Promise<void> {
     await Promise.all(this.clients.map((client) => client.kill()));
     await withTimeout(this.#server.close(), 10_000, "the raw server to close");
+  }
+}
+
+/**
+ * workpull as a job queue: a `JobQueue` on a `MemoryJobStore` (each job a record with its state,
+ * tries and result; jobs added with `addMany`, streamed as {@linkcode submitStreaming} streams
+ * `submitMany`, and taken from its backlog as workers ask) served here, with the same worker
+ * processes as {@linkcode WorkpullSetup}, which report every job's outcome (feature `outcomes`).
+ */
+export class JobQueueSetup implements Setup {
+  readonly label: string;
+  readonly queue: JobQueue;
+  readonly server: WorkpullServer;
+  readonly workers: Child[];
+
+  private constructor(label: string, queue: JobQueue, server: WorkpullServer, workers: Child[]) {
+    this.label = label;
+    this.queue = queue;
+    this.server = server;
+    this.workers = workers;
+  }
+
+  /** Start a job queue and server here and `topology` worker processes. */
+  static async start(topology: Topology, options: { window: number }): Promise<JobQueueSetup> {
+    const queue = new JobQueue({ name: "bench", store: new MemoryJobStore() });
+    await queue.start();
+    const server = await serveJobQueue(queue);
+    const workers: Child[] = [];
+    try {
+      const spawned = await Promise.allSettled(
+        Array.from(
+          { length: topology.processes },
+          async (_, i) =>
+            workers[i] = await spawnWorker(`job queue worker q${i}`, {
+              mode: "workpull",
+              url: server.workersUrl.href,
+              token: await workerToken(`q${i}`),
+              name: `q${i}`,
+              concurrency: topology.perProcess,
+              window: options.window,
+              handler: "noop",
+            }),
+        ),
+      );
+      const failed = spawned.find((outcome) => outcome.status === "rejected");
+      if (failed) throw (failed as PromiseRejectedResult).reason;
+    } catch (error) {
+      await Promise.all(workers.filter(Boolean).map((worker) => worker.kill()));
+      await server.close();
+      await queue.close();
+      throw error;
+    }
+    return new JobQueueSetup(`job queue ${topologyLabel(topology)}`, queue, server, workers);
+  }
+
+  /** Add `jobs` jobs; jobs/s from the first `addMany` until the controller has every outcome. */
+  async run(jobs: number): Promise<number> {
+    const target = this.queue.controller.stats().totals.confirmed + jobs;
+    const started = now();
+    await Promise.all([
+      addStreaming(this.queue, jobs),
+      until(
+        () => this.queue.controller.stats().totals.confirmed >= target,
+        `${jobs} completions`,
+        120_000,
+      ),
+    ]);
+    return jobs / ((now() - started) / 1000);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.workers.map((worker) => worker.kill()));
+    await withTimeout(this.server.close(), 10_000, "the job queue server to close");
+    await this.queue.close();
   }
 }

@@ -5,9 +5,11 @@
  * controller. Baselines, with the same layout (sockets per process) and window per socket: the
  * per-job raw WebSocket server and clients of `lib/servers.ts` (one frame per job, one
  * confirmation per job), and the batched raw WebSocket limit of `lib/batched_raw.ts` (workpull's
- * batching and cumulative confirmation, no queue logic). Rounds rotate the three systems (and
- * which goes first) after five unmeasured warm-up runs of each; each ratio is the median of the
- * per-round ratios.
+ * batching and cumulative confirmation, no queue logic). Beside them, workpull as a job queue
+ * (`JobQueueSetup`: a `JobQueue` on a `MemoryJobStore`, every job a record with its state, tries
+ * and result) with the same worker processes, against workpull's controller alone: what the job
+ * lifecycle costs. Rounds rotate the four systems (and which goes first) after five unmeasured
+ * warm-up runs of each; each ratio is the median of the per-round ratios.
  *
  * @module
  */
@@ -15,6 +17,7 @@
 import process from "node:process";
 import { median, round } from "../lib/stats.ts";
 import {
+  JobQueueSetup,
   RawSetup,
   type Setup,
   type Topology,
@@ -58,6 +61,11 @@ export interface ThroughputPair {
   /** workpull / batched raw, per round, and their median. */
   readonly batchedRatios: number[];
   readonly batchedRatio: number;
+  /** workpull as a job queue (`JobQueueSetup`); absent in results from before it was measured. */
+  readonly jobQueue?: { readonly samples: number[]; readonly median: number };
+  /** job queue / workpull, per round, and their median. */
+  readonly jobQueueRatios?: number[];
+  readonly jobQueueRatio?: number;
 }
 
 /** The scenario's result. */
@@ -77,9 +85,11 @@ export async function throughput(options: ThroughputOptions): Promise<Throughput
     raw: Setup;
     batched: Setup;
     workpull: Setup;
+    jobQueue: Setup;
     r: number[];
     b: number[];
     w: number[];
+    q: number[];
   }[] = [];
   try {
     for (const topology of options.topologies) {
@@ -93,7 +103,13 @@ export async function throughput(options: ThroughputOptions): Promise<Throughput
         await batched.close();
         throw error;
       });
-      pairs.push({ topology, raw, batched, workpull, r: [], b: [], w: [] });
+      const jobQueue = await JobQueueSetup.start(topology, { window }).catch(async (error) => {
+        await raw.close();
+        await batched.close();
+        await workpull.close();
+        throw error;
+      });
+      pairs.push({ topology, raw, batched, workpull, jobQueue, r: [], b: [], w: [], q: [] });
     }
     // JIT and heap warm-up: a few hundred thousand jobs on every runtime (see WARMUP_RUNS).
     log(`  warm-up (${WARMUP_RUNS} × ${jobs.toLocaleString("en-US")} jobs each, not counted)`);
@@ -102,27 +118,27 @@ export async function throughput(options: ThroughputOptions): Promise<Throughput
         await pair.raw.run(jobs);
         await pair.batched.run(jobs);
         await pair.workpull.run(jobs);
+        await pair.jobQueue.run(jobs);
       }
     }
     await options.onMeasure?.();
     for (let i = 0; i < rounds; i++) {
       const ordered = i % 2 === 0 ? pairs : pairs.toReversed();
       for (const pair of ordered) {
-        // Each system goes first in turn; every other cycle the other two swap.
-        const systems = ["raw", "batched", "workpull"] as const;
+        // Each system goes first in turn; every other cycle the others run in reverse order.
+        const systems = ["raw", "batched", "workpull", "jobQueue"] as const;
+        const samples = { raw: pair.r, batched: pair.b, workpull: pair.w, jobQueue: pair.q };
         const order = systems.map((_, k) => systems[(i + k) % systems.length]);
-        if ((i / systems.length | 0) % 2 === 1) order.push(...order.splice(1, 2).reverse());
-        for (const system of order) {
-          const rate = await pair[system].run(jobs);
-          (system === "raw" ? pair.r : system === "batched" ? pair.b : pair.w).push(rate);
-        }
+        if ((i / systems.length | 0) % 2 === 1) order.push(...order.splice(1).reverse());
+        for (const system of order) samples[system].push(await pair[system].run(jobs));
         const label = topologyLabel(pair.topology);
+        const [r, b, w, q] = [pair.r, pair.b, pair.w, pair.q].map((list) => list.at(-1)!);
         log(
-          `  round ${i + 1}/${rounds} ${label}: raw ${fmt(pair.r.at(-1)!)}, batched raw ${
-            fmt(pair.b.at(-1)!)
-          }, workpull ${fmt(pair.w.at(-1)!)} jobs/s (${
-            (pair.w.at(-1)! / pair.r.at(-1)!).toFixed(2)
-          }x raw, ${(pair.w.at(-1)! / pair.b.at(-1)!).toFixed(2)}x batched)`,
+          `  round ${i + 1}/${rounds} ${label}: raw ${fmt(r)}, batched raw ${fmt(b)}, workpull ${
+            fmt(w)
+          } jobs/s (${(w / r).toFixed(2)}x raw, ${(w / b).toFixed(2)}x batched); job queue ${
+            fmt(q)
+          } jobs/s (${(q / w).toFixed(2)}x workpull)`,
         );
       }
     }
@@ -131,6 +147,7 @@ export async function throughput(options: ThroughputOptions): Promise<Throughput
       await pair.raw.close();
       await pair.batched.close();
       await pair.workpull.close();
+      await pair.jobQueue.close();
     }
   }
   return {
@@ -138,9 +155,10 @@ export async function throughput(options: ThroughputOptions): Promise<Throughput
     jobs,
     rounds,
     window,
-    pairs: pairs.map(({ topology, r, b, w }) => {
+    pairs: pairs.map(({ topology, r, b, w, q }) => {
       const ratios = w.map((value, i) => round(value / r[i], 3));
       const batchedRatios = w.map((value, i) => round(value / b[i], 3));
+      const jobQueueRatios = q.map((value, i) => round(value / w[i], 3));
       return {
         topology: topologyLabel(topology),
         raw: { samples: r.map((v) => round(v)), median: round(median(r)) },
@@ -150,6 +168,9 @@ export async function throughput(options: ThroughputOptions): Promise<Throughput
         batched: { samples: b.map((v) => round(v)), median: round(median(b)) },
         batchedRatios,
         batchedRatio: round(median(batchedRatios), 3),
+        jobQueue: { samples: q.map((v) => round(v)), median: round(median(q)) },
+        jobQueueRatios,
+        jobQueueRatio: round(median(jobQueueRatios), 3),
       };
     }),
   };

@@ -49,7 +49,7 @@ import { median } from "../lib/stats.ts";
 import { commandLine, numberArg } from "../lib/cli.ts";
 import { repoPath } from "../lib/runtime.ts";
 import { attachScriptedWorkers } from "../lib/scripted_workers.ts";
-import { SUBMIT_BATCH, SUBMIT_IN_FLIGHT, submitStreaming } from "../lib/setups.ts";
+import { addStreaming, SUBMIT_BATCH, SUBMIT_IN_FLIGHT, submitStreaming } from "../lib/setups.ts";
 
 const { values, positionals } = commandLine({
   usage:
@@ -114,7 +114,8 @@ async function batch(count: number): Promise<{ ms: number; bytes: number | undef
   const allocated = allocatedBytes();
   const start = process.cpuUsage();
   if (queue) {
-    addStreaming(queue, count, atOnce ? Math.ceil(count / SUBMIT_BATCH) : SUBMIT_IN_FLIGHT);
+    const inFlight = atOnce ? Math.ceil(count / SUBMIT_BATCH) : SUBMIT_IN_FLIGHT;
+    addStreaming(queue, count, inFlight).catch((error) => console.error(error));
   } else if (each) {
     for (let n = 0; n < count; n++) producer.submit({ n }).catch(() => {});
   } else {
@@ -128,21 +129,6 @@ async function batch(count: number): Promise<{ ms: number; bytes: number | undef
   const after = allocatedBytes();
   const bytes = allocated === undefined || after === undefined ? undefined : after - allocated;
   return { ms: (used.user + used.system) / 1000, bytes };
-}
-
-/** `queue.addMany` as `submitStreaming` calls `submitMany`: 1,000 jobs a call. */
-function addStreaming(queue: JobQueue, count: number, inFlight: number): void {
-  let next = 0;
-  const feed = async () => {
-    while (next < count) {
-      const first = next;
-      next = Math.min(count, next + SUBMIT_BATCH);
-      const jobs = [];
-      for (let n = first; n < next; n++) jobs.push({ payload: { n } });
-      await queue.addMany(jobs);
-    }
-  };
-  for (let i = 0; i < inFlight; i++) feed().catch((error) => console.error(error));
 }
 
 await batch(jobs / 2);

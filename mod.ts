@@ -144,6 +144,7 @@ export {
   type JobQueueOptions,
   type JobQueueStats,
   type JobReceipt,
+  type JobWatcher,
   type NewJobInput,
   PauseChangedEvent,
 } from "./src/backlog/job_queue.ts";

@@ -340,4 +340,32 @@ describe("backlog", () => {
     assert.equal(states.length, 3, "a removed listener hears nothing more");
     await s.close();
   });
+  test("a job watcher is told every change without events; a throwing one is contained", async () => {
+    const errors: unknown[] = [];
+    const logger = {
+      error: (_message: string, error?: unknown) => void errors.push(error),
+      warn: () => {},
+      info: () => {},
+      debug: () => {},
+    };
+    const s = new JobSystem({}, { logger });
+    await s.queue.start();
+    const seen: string[] = [];
+    s.queue.watchJobs(() => {
+      throw new Error("a watcher bug");
+    });
+    const stop = s.queue.watchJobs((job, previous) =>
+      seen.push(`${job.id}:${previous ?? "new"}->${job.state}`)
+    );
+    s.worker("w1");
+    await s.queue.add(1, { messageId: "w" });
+    await s.until(async () => (await s.state("w")) === "completed", "w completed");
+    assert.deepEqual(seen, ["w:new->waiting", "w:waiting->active", "w:active->completed"]);
+    assert.equal(errors.length, 3, "the throwing watcher was logged once a change");
+    stop();
+    await s.queue.add(2, { messageId: "x" });
+    await s.until(async () => (await s.state("x")) === "completed", "x completed");
+    assert.equal(seen.length, 3, "a stopped watcher hears nothing more");
+    await s.close();
+  });
 });

@@ -104,7 +104,8 @@ export class FlowMetrics {
       this.#tick();
       this.#run.observe(busyMs / 1000 / jobs, jobs);
     });
-    this.#queue?.addEventListener("job", ({ job, previous }) => {
+    // A watcher, not a "job" listener: no event object a change of every job.
+    this.#queue?.watchJobs((job, previous) => {
       this.#tick();
       if (previous === undefined) this.#submitted += 1;
       if (job.state === "active" && job.startedAt !== undefined && job.runAt !== undefined) {

@@ -10,6 +10,7 @@ import {
   type JobInfo,
   JobQueue,
   type LifecycleDefaults,
+  type Logger,
   MemoryJobStore,
   type StoreSettingsOptions,
   WorkerEndpoint,
@@ -36,7 +37,7 @@ export class JobSystem {
 
   constructor(
     options: StoreSettingsOptions & { defaults?: LifecycleDefaults } = {},
-    controller: { maxBatch?: number; retryInterval?: number } = {},
+    controller: { maxBatch?: number; retryInterval?: number; logger?: Logger } = {},
   ) {
     this.store = new MemoryJobStore({ ...options, clock: this.clock, random: () => 0.5 });
     this.queue = new JobQueue({

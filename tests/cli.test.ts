@@ -140,6 +140,8 @@ test("serve, token, worker, submit and stats run as separate processes", {
     assert.match(shown.stdout, /workers: 3/);
     assert.match(shown.stdout, /^\s+w1#\S+\s+\d+\s+0\s+\d+$/m);
     assert.match(server.stderr, /flow jobs: worker w1#\S+ joined/);
+    // At debug, every job's change of state.
+    assert.match(server.stderr, /flow jobs: job \S+ active -> completed/);
 
     // SIGTERM drains and exits with 143, workers first, then the server.
     for (const child of processes.slice(1)) child.signal("SIGTERM");

@@ -161,7 +161,8 @@ export async function runServe(args: ParsedArgs): Promise<number> {
       logger,
     })
   );
-  for (const queue of queues) logEvents(queue, logger);
+  const debug = args.string("log-level", "info") === "debug";
+  for (const queue of queues) logEvents(queue, logger, debug);
   for (const { flow, key, when, job } of schedules) {
     queues[flows.indexOf(flow)].schedule(key, when, job); // checked above
   }
@@ -283,8 +284,11 @@ export function parseBackoff(text: string): Backoff {
   throw bad();
 }
 
-/** What a flow's queue tells the log: workers joining and leaving at info, job changes at debug. */
-function logEvents(queue: JobQueue, logger: Logger): void {
+/**
+ * What a flow's queue tells the log: workers joining and leaving at info, job changes at debug
+ * (followed only at that level: a line built for every change of every job costs the hot path).
+ */
+function logEvents(queue: JobQueue, logger: Logger, debug: boolean): void {
   const flow = queue.name;
   const controller = queue.controller;
   controller.addEventListener("worker-bound", (event) => {
@@ -306,9 +310,8 @@ function logEvents(queue: JobQueue, logger: Logger): void {
       event.error,
     );
   });
-  queue.addEventListener("job", (event) => {
-    logger.debug(
-      `flow ${flow}: job ${event.job.id} ${event.previous ?? "new"} -> ${event.job.state}`,
-    );
+  if (!debug) return;
+  queue.watchJobs((job, previous) => {
+    logger.debug(`flow ${flow}: job ${job.id} ${previous ?? "new"} -> ${job.state}`);
   });
 }

@@ -50,7 +50,7 @@ export class RecentFailures {
   }
 
   private constructor(queue: JobQueue) {
-    queue.addEventListener("job", ({ job, previous }) => {
+    queue.watchJobs((job, previous) => {
       if (previous !== "active" || (job.state !== "failed" && job.state !== "dead")) return;
       const error = job.error && {
         name: job.error.name.slice(0, 100),

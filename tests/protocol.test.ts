@@ -74,4 +74,26 @@ describe("wire codec", () => {
       },
     });
   });
+
+  test("a jobs frame with tries escapes the MessageIDs that need it and round-trips", () => {
+    const ids = ["plain-1", 'q"uote', "back\\slash", "new\nline", "tab\there", "emoji-🙂", "ü"];
+    const jobs = ids.map((messageId, i) => ({
+      messageId,
+      payload: `{"n":${i}}`,
+      attempt: i + 1,
+      ...(i === 2 ? { timeout: 500 } : {}),
+      ...(i === 3 ? { confirmFirst: true } : {}),
+    }));
+    const text = encodeJobsFrame("s", 7, jobs, true);
+    JSON.parse(text); // valid JSON whatever the MessageIDs
+    const decoded = decodeControllerFrame(text);
+    assert.ok(decoded.ok, text);
+    assert.equal(decoded.frame.type, "jobs");
+    const frame = decoded.frame as unknown as {
+      jobs: { id: string; payload: unknown; attempt: number }[];
+    };
+    assert.deepEqual(frame.jobs.map((job) => job.id), ids);
+    assert.deepEqual(frame.jobs.map((job) => job.attempt), ids.map((_, i) => i + 1));
+    assert.deepEqual(frame.jobs.map((job) => job.payload), ids.map((_, n) => ({ n })));
+  });
 });

@@ -196,7 +196,10 @@ function encodeWithTries(session: string, seq: number, jobs: readonly EncodedJob
   for (let i = 0; i < jobs.length; i++) {
     const job = jobs[i];
     if (i > 0) text += ",";
-    text += `{"id":${JSON.stringify(job.messageId)},"payload":${job.payload}`;
+    const id = job.messageId;
+    text += NEEDS_ESCAPE.test(id)
+      ? `{"id":${JSON.stringify(id)},"payload":${job.payload}`
+      : `{"id":"${id}","payload":${job.payload}`;
     text += `,"attempt":${job.attempt ?? 1}`;
     if (job.timeout) text += `,"timeout":${job.timeout}`;
     if (job.confirmFirst) text += `,"confirmFirst":true`;

@@ -368,4 +368,23 @@ describe("backlog", () => {
     assert.equal(seen.length, 3, "a stopped watcher hears nothing more");
     await s.close();
   });
+  test("a receipt shows its job and waits only when asked; one written as JSON waits for nothing", async () => {
+    const s = new JobSystem({ defaults: { attempts: 1 } });
+    await s.queue.start();
+    s.worker("w1", () => {
+      throw new Error("always");
+    });
+    const [receipt] = await s.queue.addMany([{ payload: 1, messageId: "doomed" }]);
+    // Written as JSON (a log line, an HTTP answer), a receipt is its job: no wait is started, so a
+    // job that ends dead leaves no rejected promise behind.
+    assert.deepEqual(JSON.parse(JSON.stringify(receipt)), {
+      job: JSON.parse(JSON.stringify(receipt.job)),
+      created: true,
+    });
+    await s.until(async () => (await s.state("doomed")) === "dead", "doomed is dead");
+    assert.equal(receipt.finished, receipt.finished, "one wait, however often asked");
+    assert.equal((await receipt.finished).state, "dead");
+    await assert.rejects(receipt.result, { name: "JobFailedError" });
+    await s.close();
+  });
 });

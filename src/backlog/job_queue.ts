@@ -217,6 +217,8 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
   readonly #producer: BacklogProducer;
   readonly #waiters = new Map<string, Waiter[]>();
   #jobWatchers: readonly JobWatcher[] = [];
+  /** `finished`, bound once for every receipt. */
+  readonly #finishedOf = (id: string) => this.finished(id);
   readonly #logger: Logger;
   readonly #progress = new Map<string, unknown>();
   /** Whether the queue is paused; undefined while `start` reads a durable store's pause. */
@@ -398,7 +400,8 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
     const now = this.store.clock.now();
     const prepared = jobs.map((job, index) => this.#prepare(job, now, `jobs.${index}`));
     const results = await this.store.enqueue(prepared);
-    return results.map((result) => this.#receipt(result));
+    const finished = this.#finishedOf;
+    return results.map((result) => new Receipt(result.job, result.created, finished));
   }
 
   /** A job as it is now (with the worker running it and its progress), or undefined. */
@@ -576,23 +579,6 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
     return { id, payload: text, plan: planJob(job, now, where) };
   }
 
-  #receipt(result: EnqueueResult): JobReceipt {
-    let finished: Promise<JobInfo> | undefined;
-    const wait = () => finished ??= this.finished(result.job.id);
-    return {
-      ...result,
-      get finished() {
-        return wait();
-      },
-      get result() {
-        return this.finished.then((job) => {
-          if (job.state !== "completed") throw new JobFailedError(job);
-          return job.result;
-        });
-      },
-    };
-  }
-
   #changed(job: JobInfo, previous: JobRecord["state"] | undefined): void {
     if (job.state !== "active") this.#progress.delete(job.id);
     this.#settle(job);
@@ -612,5 +598,34 @@ export class JobQueue extends SafeEventTarget<JobQueueEventMap> {
     if (!waiters) return;
     this.#waiters.delete(job.id);
     for (const waiter of waiters) waiter.resolve(job);
+  }
+}
+
+/**
+ * A receipt of `addMany`: a class, so that its `finished` and `result` are getters of the
+ * prototype, not two closures and accessors made for every job added; waiting starts on first
+ * use.
+ */
+class Receipt implements JobReceipt {
+  #finished: Promise<JobInfo> | undefined;
+  readonly #wait: (id: string) => Promise<JobInfo>;
+
+  constructor(
+    readonly job: JobInfo,
+    readonly created: boolean,
+    wait: (id: string) => Promise<JobInfo>,
+  ) {
+    this.#wait = wait;
+  }
+
+  get finished(): Promise<JobInfo> {
+    return this.#finished ??= this.#wait(this.job.id);
+  }
+
+  get result(): Promise<unknown> {
+    return this.finished.then((job) => {
+      if (job.state !== "completed") throw new JobFailedError(job);
+      return job.result;
+    });
   }
 }

@@ -90,6 +90,38 @@ export async function addStreaming(
   await Promise.all(Array.from({ length: inFlight }, feed));
 }
 
+/**
+ * Spawn `topology.processes` workpull worker processes named `<prefix><i>`, each with
+ * `topology.perProcess` endpoints and a worker token of its own; all or none (a failure kills the
+ * ones that started).
+ */
+async function spawnWorkers(
+  topology: Topology,
+  prefix: string,
+  label: string,
+  config: (name: string) => Omit<WorkerConfig, "mode" | "token" | "concurrency">,
+  target?: Runtime,
+): Promise<Child[]> {
+  const workers: Child[] = [];
+  const spawned = await Promise.allSettled(
+    Array.from({ length: topology.processes }, async (_, i) => {
+      const name = `${prefix}${i}`;
+      workers[i] = await spawnWorker(`${label} ${name}`, {
+        mode: "workpull",
+        token: await workerToken(name),
+        concurrency: topology.perProcess,
+        ...config(name),
+      }, target);
+    }),
+  );
+  const failed = spawned.find((outcome) => outcome.status === "rejected");
+  if (failed) {
+    await Promise.all(workers.filter(Boolean).map((worker) => worker.kill()));
+    throw (failed as PromiseRejectedResult).reason;
+  }
+  return workers;
+}
+
 /** Where worker processes write CPU profiles, when profiling. */
 export const profileDir: string | undefined = process.env.WORKPULL_BENCH_PROFILE;
 
@@ -185,28 +217,16 @@ export class WorkpullSetup implements Setup {
     options.onController?.(controller);
     await controller.start();
     const server = await serveWorkpull(controller, producer);
-    const workers: Child[] = [];
+    let workers: Child[];
     try {
-      const spawned = await Promise.allSettled(
-        Array.from(
-          { length: topology.processes },
-          async (_, i) =>
-            workers[i] = await spawnWorker(`workpull worker w${i}`, {
-              mode: "workpull",
-              url: server.workersUrl.href,
-              token: await workerToken(`w${i}`),
-              name: `w${i}`,
-              concurrency: topology.perProcess,
-              window: options.window,
-              handler: options.handler ?? "noop",
-              ...(options.client ? { client: options.client } : {}),
-            }, options.workerRuntime),
-        ),
-      );
-      const failed = spawned.find((outcome) => outcome.status === "rejected");
-      if (failed) throw (failed as PromiseRejectedResult).reason;
+      workers = await spawnWorkers(topology, "w", "workpull worker", (name) => ({
+        url: server.workersUrl.href,
+        name,
+        window: options.window,
+        handler: options.handler ?? "noop",
+        ...(options.client ? { client: options.client } : {}),
+      }), options.workerRuntime);
     } catch (error) {
-      await Promise.all(workers.filter(Boolean).map((worker) => worker.kill()));
       await server.close();
       await controller.close();
       throw error;
@@ -326,27 +346,15 @@ export class JobQueueSetup implements Setup {
     const queue = new JobQueue({ name: "bench", store: new MemoryJobStore() });
     await queue.start();
     const server = await serveJobQueue(queue);
-    const workers: Child[] = [];
+    let workers: Child[];
     try {
-      const spawned = await Promise.allSettled(
-        Array.from(
-          { length: topology.processes },
-          async (_, i) =>
-            workers[i] = await spawnWorker(`job queue worker q${i}`, {
-              mode: "workpull",
-              url: server.workersUrl.href,
-              token: await workerToken(`q${i}`),
-              name: `q${i}`,
-              concurrency: topology.perProcess,
-              window: options.window,
-              handler: "noop",
-            }),
-        ),
-      );
-      const failed = spawned.find((outcome) => outcome.status === "rejected");
-      if (failed) throw (failed as PromiseRejectedResult).reason;
+      workers = await spawnWorkers(topology, "q", "job queue worker", (name) => ({
+        url: server.workersUrl.href,
+        name,
+        window: options.window,
+        handler: "noop",
+      }));
     } catch (error) {
-      await Promise.all(workers.filter(Boolean).map((worker) => worker.kill()));
       await server.close();
       await queue.close();
       throw error;

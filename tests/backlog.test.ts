@@ -164,6 +164,29 @@ describe("backlog", () => {
     await s.close();
   });
 
+  test("maxBacklog counts a MessageID repeated in a batch once", async () => {
+    const s = new JobSystem({ maxBacklog: 3 });
+    await s.queue.start();
+    await s.queue.add(1, { messageId: "a" });
+    // Four jobs, two new MessageIDs: the backlog goes to 3, its limit.
+    const receipts = await s.queue.addMany(["b", "c", "b", "a"].map((id) => ({
+      payload: id,
+      messageId: id,
+    })));
+    assert.deepEqual(receipts.map((r) => [r.job.id, r.created]), [
+      ["b", true],
+      ["c", true],
+      ["b", false],
+      ["a", false],
+    ]);
+    await assert.rejects(
+      s.queue.addMany(["d", "d"].map((id) => ({ payload: id, messageId: id }))),
+      (error) => error instanceof BacklogFullError && error.size === 3 && error.adding === 1,
+    );
+    assert.equal(await s.queue.get("d"), undefined);
+    await s.close();
+  });
+
   test("a job's status through scheduled, waiting, active and completed", async () => {
     const s = new JobSystem();
     await s.queue.start();

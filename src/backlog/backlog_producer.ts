@@ -18,6 +18,7 @@
  */
 
 import { defaultLogger, type Logger } from "../core/logger.ts";
+import type { Writable } from "../core/writable.ts";
 import type { ProducerEndpoint, ProducerPort } from "../controller/producer_contract.ts";
 import { JsonText } from "../protocol/json_text.ts";
 import type { Accepted, ProducedJob, RequestNext, Stored } from "../protocol/schemas.ts";
@@ -169,13 +170,16 @@ export class BacklogProducer implements ProducerEndpoint {
     const message = {
       session: grant.session,
       token: grant.token,
-      jobs: jobs.map((job): ProducedJob => ({
-        messageId: job.messageId,
-        payload: JsonText.fromStored(job.payload),
-        attempt: job.attempt,
-        timeout: job.timeout,
-        ...(job.lost ? { lost: job.lost } : {}),
-      })),
+      jobs: jobs.map((job) => {
+        const produced: Writable<ProducedJob> = {
+          messageId: job.messageId,
+          payload: JsonText.fromStored(job.payload),
+          attempt: job.attempt,
+          timeout: job.timeout,
+        };
+        if (job.lost) produced.lost = job.lost;
+        return produced;
+      }),
     };
     this.#grant = undefined;
     this.#answered = { session: grant.session, token: grant.token, jobs, message };

@@ -24,6 +24,7 @@
 import { type Clock, type TimerHandle, wallClock } from "../core/clock.ts";
 import { RunHeap } from "../core/run_heap.ts";
 import { RecentMap } from "../core/recent_map.ts";
+import type { Writable } from "../core/writable.ts";
 import { checkBatch, checkStoredJob } from "../queue/batch_checks.ts";
 import {
   finishTry,
@@ -296,24 +297,28 @@ export class JobStoreEngine implements JobStore {
 
   /** Add jobs, all or none; known MessageIDs change nothing. */
   enqueue(jobs: readonly NewJob[]): Promise<readonly EnqueueResult[]> {
-    jobs = jobs.map((job) => ({ ...job })); // read now: the call may run later
+    // Read now: the call may run later.
+    jobs = jobs.map((job) => ({ id: job.id, payload: job.payload, plan: job.plan }));
     return this.#transact(undefined, () => {
       const now = this.#clock.now();
-      const fresh = new Set<string>();
-      for (const job of jobs) if (!this.#known(job.id, now)) fresh.add(job.id);
+      let fresh = 0; // a MessageID repeated in the batch counts once per repeat here
+      for (const job of jobs) if (!this.#known(job.id, now)) fresh += 1;
       const size = this.#entries.size + this.#reserved.size;
-      if (fresh.size > 0 && size + fresh.size > this.settings.maxBacklog) {
-        throw new BacklogFullError(this.settings.maxBacklog, size, fresh.size);
+      if (fresh > 0 && size + fresh > this.settings.maxBacklog) {
+        const distinct = new Set(jobs.map((job) => job.id).filter((id) => !this.#records.has(id)));
+        if (size + distinct.size > this.settings.maxBacklog) {
+          throw new BacklogFullError(this.settings.maxBacklog, size, distinct.size);
+        }
       }
       const results: EnqueueResult[] = [];
       let due = false;
       for (const job of jobs) {
+        // Known before the call, or made by an earlier job of this batch with the same MessageID.
         const known = this.#records.get(job.id);
-        if (known && !fresh.has(job.id)) {
+        if (known) {
           results.push({ job: infoOf(known, now), created: false });
           continue;
         }
-        fresh.delete(job.id);
         const record = newRecord(job.id, job.plan, now);
         this.#putRecord(record);
         this.#putPayload(job.id, job.payload);
@@ -357,13 +362,14 @@ export class JobStoreEngine implements JobStore {
       this.#entries.delete(entry.id);
       this.#reserved.add(entry.id);
       const record = this.#records.get(entry.id)!;
-      ready.push({
+      const job: Writable<ReadyJob> = {
         messageId: entry.id,
         payload: this.#payloads.get(entry.id)!,
         attempt: record.attempts + 1,
         timeout: tryTimeout(record, this.settings.defaults),
-        ...(record.lost ? { lost: record.lost } : {}),
-      });
+      };
+      if (record.lost) job.lost = record.lost;
+      ready.push(job);
     }
     this.#arm();
     return ready;
@@ -546,13 +552,15 @@ export class JobStoreEngine implements JobStore {
           : this.#start(job.messageId, job.payload);
       });
       // Flags first, outcomes at the end, so that a MessageID repeated in the batch is a repeat.
-      const touched = new Set<string>();
+      // An array, not a set: a job is in it at most twice (accepted, confirmed), and finishing
+      // it again does nothing.
+      const touched: string[] = [];
       for (const id of batch.accept ?? []) {
         const active = this.#active.get(id)!;
         if (active.accepted) continue; // a repeat (or a job from the backlog): nothing to write
         active.accepted = true;
         this.#touch(id);
-        touched.add(id);
+        touched.push(id);
       }
       for (const id of batch.confirm ?? []) {
         const active = this.#active.get(id);
@@ -560,9 +568,9 @@ export class JobStoreEngine implements JobStore {
         active.confirmed = true;
         active.outcome = batch.outcomes?.get(id);
         this.#touch(id);
-        touched.add(id);
+        touched.push(id);
       }
-      for (const id of touched) this.#finishIfDone(id);
+      for (let i = 0; i < touched.length; i++) this.#finishIfDone(touched[i]);
       return { stored };
     }, batch.store?.jobs.map((job) => job.messageId));
   }
@@ -616,12 +624,13 @@ export class JobStoreEngine implements JobStore {
       outcome: undefined,
     });
     this.#tellChanged(started, now, previous);
-    return {
+    const result: Writable<StoreResult> = {
       seq: this.#currentSeq,
       alreadyStored: false,
       payload: this.#payloads.get(messageId)!,
-      ...(fromBacklog ? { accepted: true } : {}),
     };
+    if (fromBacklog) result.accepted = true;
+    return result;
   }
 
   #mark(messageId: string, flag: "accepted" | "confirmed", outcome: JobOutcome | undefined): void {
@@ -897,13 +906,12 @@ export class JobStoreEngine implements JobStore {
       const active = this.#active.get(id);
       const order = this.#entries.get(id)?.order;
       const payload = this.#payloads.get(id);
-      entries.set(id, {
-        record,
-        ...(order === undefined ? {} : { order }),
-        ...(active ? { active: { ...active } } : {}),
-        ...(payload === undefined ? {} : { payload }),
-        ...(this.#onlyStarted(id, record, active) ? { started: true } : {}),
-      });
+      const entry: Writable<JournalEntry> = { record };
+      if (order !== undefined) entry.order = order;
+      if (active) entry.active = { ...active };
+      if (payload !== undefined) entry.payload = payload;
+      if (this.#onlyStarted(id, record, active)) entry.started = true;
+      entries.set(id, entry);
     }
     return {
       entries,

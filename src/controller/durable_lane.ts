@@ -92,7 +92,8 @@ export class DurableLane {
   epoch = 0;
   #handshake: HandshakeWork | undefined;
   readonly #confirms = new Deque<string>();
-  readonly #outcomes = new Map<string, JobOutcome>();
+  /** Each queued confirmation's outcome (undefined: none), in step with `#confirms`. */
+  readonly #outcomes = new Deque<JobOutcome | undefined>();
   #running: LaneUnit | undefined;
   readonly #limits: QueueBatchLimits;
 
@@ -136,13 +137,16 @@ export class DurableLane {
 
   /** Queue confirmations. */
   confirm(ids: Iterable<string>): void {
-    for (const id of ids) this.#confirms.pushBack(id);
+    for (const id of ids) {
+      this.#confirms.pushBack(id);
+      this.#outcomes.pushBack(undefined);
+    }
   }
 
   /** Queue one confirmation with the outcome of its try. */
   confirmWith(id: string, outcome: JobOutcome): void {
     this.#confirms.pushBack(id);
-    this.#outcomes.set(id, outcome);
+    this.#outcomes.pushBack(outcome);
   }
 
   /** Build the next unit when idle and there is work; the caller executes it. */
@@ -195,11 +199,8 @@ export class DurableLane {
       const id = this.#confirms.peek()!;
       if (!take(counted ? utf8Length(id) : 0, !work && unit.confirm.length === 0)) break;
       unit.confirm.push(this.#confirms.shift()!);
-      const outcome = this.#outcomes.get(id);
-      if (outcome) {
-        this.#outcomes.delete(id);
-        (unit.outcomes ??= new Map()).set(id, outcome);
-      }
+      const outcome = this.#outcomes.shift();
+      if (outcome) (unit.outcomes ??= new Map()).set(id, outcome);
     }
     if (!unit.store && !unit.accept && unit.confirm.length === 0) return undefined;
     this.#running = unit = Object.freeze(unit);

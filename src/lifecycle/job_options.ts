@@ -9,6 +9,8 @@
  * @module
  */
 
+import type { Writable } from "../core/writable.ts";
+
 /** Exponential or fixed waits between attempts. */
 export type Backoff =
   /** `delay × 2^(retry - 1)`, at most `max`, of which a fraction `jitter` is random. */
@@ -219,22 +221,24 @@ export function planJob(options: JobOptions, now: number, where = ""): JobPlan {
   if (options.runAt !== undefined) {
     runAt = duration(field("runAt"), options.runAt, 0, now + YEAR);
   }
-  return {
+  // Optional fields assigned, not spread from temporary objects: every job is planned here.
+  const plan: Writable<JobPlan> = {
     runAt,
     delayed: runAt > now,
     priority: options.priority === undefined
       ? 0
       : integer(field("priority"), options.priority, -MAX_PRIORITY, MAX_PRIORITY),
-    ...(options.attempts === undefined
-      ? {}
-      : { attempts: integer(field("attempts"), options.attempts, 1, MAX_ATTEMPTS) }),
-    ...(options.backoff === undefined
-      ? {}
-      : { backoff: resolveBackoff(options.backoff, field("backoff")) }),
-    ...(options.timeout === undefined
-      ? {}
-      : { timeout: duration(field("timeout"), options.timeout, 0, DAY) }),
   };
+  if (options.attempts !== undefined) {
+    plan.attempts = integer(field("attempts"), options.attempts, 1, MAX_ATTEMPTS);
+  }
+  if (options.backoff !== undefined) {
+    plan.backoff = resolveBackoff(options.backoff, field("backoff"));
+  }
+  if (options.timeout !== undefined) {
+    plan.timeout = duration(field("timeout"), options.timeout, 0, DAY);
+  }
+  return plan;
 }
 
 /**

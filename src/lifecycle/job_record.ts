@@ -20,6 +20,7 @@
  * @module
  */
 
+import type { Writable } from "../core/writable.ts";
 import {
   backoffDelay,
   type JobPlan,
@@ -126,11 +127,12 @@ export interface JobInfo {
 
 /** A new job's record. */
 export function newRecord(id: string, plan: JobPlan, now: number): JobRecord {
-  const own = {
-    ...(plan.attempts === undefined ? {} : { attempts: plan.attempts }),
-    ...(plan.backoff === undefined ? {} : { backoff: plan.backoff }),
-    ...(plan.timeout === undefined ? {} : { timeout: plan.timeout }),
-  };
+  // Fields assigned one by one rather than spread from temporary objects (a conditional spread
+  // cost 3-10x an assignment in V8): every job is made here.
+  const own: Writable<JobRecord["own"]> = {};
+  if (plan.attempts !== undefined) own.attempts = plan.attempts;
+  if (plan.backoff !== undefined) own.backoff = plan.backoff;
+  if (plan.timeout !== undefined) own.timeout = plan.timeout;
   return {
     id,
     state: "waiting",
@@ -178,9 +180,12 @@ export function finishTry(
 ): JobRecord {
   const worker = outcome.worker ?? record.worker;
   if (outcome.kind === "completed") {
-    // The path of nearly every job: one copy (an earlier completion's result is left out).
-    const { result: _, ...rest } = record;
-    const next: Writable<JobRecord> = rest;
+    // The path of nearly every job: one copy (an earlier completion's result is left out). A
+    // spread, not object rest (`{ result, ...rest }`), unless there is a result to leave out:
+    // rest took 200-650 ns in V8 against 30 for a spread.
+    const next: Writable<JobRecord> = record.result === undefined
+      ? { ...record }
+      : withoutResult(record);
     if (worker !== undefined) next.worker = worker;
     next.state = "completed";
     next.finishedAt = now;
@@ -204,6 +209,11 @@ export function finishTry(
       return { ...failed, state: "failed", runAt };
     }
   }
+}
+
+function withoutResult(record: JobRecord): Writable<JobRecord> {
+  const { result: _, ...rest } = record;
+  return rest;
 }
 
 /** A dead job gets a fresh set of tries, due now. */
@@ -262,6 +272,3 @@ export function infoOf(
   if (state === "active" && live?.progress !== undefined) info.progress = live.progress;
   return info;
 }
-
-/** `T` with its fields writable: a record built field by field. */
-type Writable<T> = { -readonly [K in keyof T]: T[K] };

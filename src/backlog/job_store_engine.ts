@@ -301,7 +301,7 @@ export class JobStoreEngine implements JobStore {
     jobs = jobs.map((job) => ({ id: job.id, payload: job.payload, plan: job.plan }));
     return this.#transact(undefined, () => {
       const now = this.#clock.now();
-      let fresh = 0; // a MessageID repeated in the batch counts once per repeat here
+      let fresh = 0; // every repeat of a new MessageID in the batch counts here
       for (const job of jobs) if (!this.#known(job.id, now)) fresh += 1;
       const size = this.#entries.size + this.#reserved.size;
       if (fresh > 0 && size + fresh > this.settings.maxBacklog) {

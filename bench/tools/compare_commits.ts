@@ -10,9 +10,8 @@
  * its own warm-up and its own raw baselines) runs once per round, the two commits alternating and
  * taking turns going first, on each runtime asked for (durable: Deno only). At the end: each
  * layout's median workpull jobs/s for both commits and the ratio head/base, the same for the ratio
- * to the raw baseline measured in the same process (for the throughput scenario's job-queue rows,
- * "raw" is the controller alone) (which cancels slow drifts of the machine's
- * load), every round, and the load average around the whole run with the CPU other processes used
+ * to the raw baseline measured in the same process, which cancels slow drifts of the machine's
+ * load (for the throughput scenario's job-queue rows, "raw" is the controller alone), every round, and the load average around the whole run with the CPU other processes used
  * during it. The durable scenario's layouts are its in-process and `POST /jobs` producers, each
  * against raw KV commits of 100 jobs.
  * The worktrees are removed at the end, also after a failure or Ctrl-C.
@@ -53,16 +52,17 @@ const SCENARIOS: Readonly<Record<string, Scenario>> = {
     jobs: 100_000,
     baseline: "the raw WebSocket baseline (a job-queue row: over the controller alone)",
     layouts: (result: ThroughputResult) =>
-      result.pairs.flatMap((pair): [string, LayoutSample][] => [
-        [pair.topology, { workpull: pair.workpull.median, raw: pair.raw.median }],
+      result.pairs.flatMap((pair) => {
+        const rows: [string, LayoutSample][] = [
+          [pair.topology, { workpull: pair.workpull.median, raw: pair.raw.median }],
+        ];
         // Workpull as a job queue, against the controller alone (its "x raw").
-        ...(pair.jobQueue
-          ? [[`${pair.topology} job queue`, {
-            workpull: pair.jobQueue.median,
-            raw: pair.workpull.median,
-          }] as [string, LayoutSample]]
-          : []),
-      ]),
+        const queue = pair.jobQueue?.median;
+        if (queue) {
+          rows.push([`${pair.topology} job queue`, { workpull: queue, raw: pair.workpull.median }]);
+        }
+        return rows;
+      }),
   },
   durable: {
     script: "bench/scenarios/durable.ts",

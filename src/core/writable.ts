@@ -3,9 +3,9 @@
  * field by field.
  *
  * Why: the hot paths make one object a job (records, ready jobs, store results) whose optional
- * fields are present only when set. Assigning them after the literal keeps one shape a variant
- * and costs a store each; spreading a temporary object (`...(x ? { x } : {})`) cost 3-10x that in
- * V8, and object rest (`const { a, ...rest } = o`) 5-20x a plain spread.
+ * fields are present only when set. Assigning them after the literal costs a store each;
+ * spreading a temporary object (`...(x ? { x } : {})`) cost 3-10x that in V8, and object rest
+ * (`const { a, ...rest } = o`) 5-20x a plain spread.
  *
  * @module
  */

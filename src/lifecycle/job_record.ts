@@ -211,6 +211,7 @@ export function finishTry(
   }
 }
 
+/** A copy of `record` without its result (object rest: the rare path, see `finishTry`). */
 function withoutResult(record: JobRecord): Writable<JobRecord> {
   const { result: _, ...rest } = record;
   return rest;

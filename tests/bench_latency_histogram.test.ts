@@ -1,12 +1,14 @@
 /**
  * The latency scenario's bookkeeping: the histogram its worker processes count samples in
  * (`bench/lib/latency_histogram.ts`) gives the percentiles that sorting the same samples,
- * rounded to 10 µs, gives, across processes merged, with the maximum exact; and the kernel
- * threads' use between two readings (`bench/lib/kernel_threads.ts`).
+ * rounded to 10 µs, gives, across processes merged, with the maximum exact; the kernel threads'
+ * use between two readings (`bench/lib/kernel_threads.ts`); and the run-queue meter of the
+ * benchmark's own threads (`bench/lib/run_queue.ts`).
  */
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import process from "node:process";
 import { LatencyHistogram } from "../bench/lib/latency_histogram.ts";
 import {
@@ -14,6 +16,7 @@ import {
   kernelThreadsBetween,
   kernelThreadTotals,
 } from "../bench/lib/kernel_threads.ts";
+import { describeRunQueue, RunQueueMeter, threadTime } from "../bench/lib/run_queue.ts";
 import { distribution } from "../bench/lib/stats.ts";
 
 /** A deterministic stream of latencies: mostly under a millisecond, a tail, some beyond 2 s. */
@@ -87,4 +90,49 @@ test("kernel threads' use between two readings: the most first, new threads from
   );
   const totals = kernelThreadTotals();
   if (process.platform === "linux") assert.ok(totals instanceof Map);
+});
+
+test("the run-queue meter sums a thread's run time over stretches, and says it in one line", {
+  skip: process.platform !== "linux" && "reads /proc/<pid>/schedstat",
+}, async () => {
+  const first = threadTime("self");
+  assert.ok(first && first.runMs > 0 && first.waitMs >= 0 && first.slices > 0);
+  assert.equal(threadTime(2 ** 22 + 1), undefined, "a pid that is not running reads as undefined");
+  // A "worker" that sleeps throughout: its thread runs next to nothing while this one spins.
+  const sleeper = spawn("sleep", ["30"], { stdio: "ignore" });
+  await new Promise((resolve) => sleeper.once("spawn", resolve));
+  const meter = new RunQueueMeter([sleeper.pid!]);
+  const spin = (ms: number) => {
+    const end = performance.now() + ms;
+    while (performance.now() < end) { /* on the CPU, so the thread's run time grows */ }
+  };
+  for (let stretch = 0; stretch < 2; stretch++) {
+    meter.begin();
+    spin(30);
+    meter.end();
+  }
+  spin(30); // outside any stretch: not counted
+  const record = meter.record()!;
+  assert.ok(record.wallMs >= 60 && record.wallMs < 85, `wall ${record.wallMs} ms`);
+  // Two stretches of 30 ms on the CPU (less whatever time the thread waited for a core).
+  assert.ok(record.controller.runMs >= 60 - record.controller.waitMs - 2, JSON.stringify(record));
+  assert.ok(record.controller.runMs <= record.wallMs + 2, JSON.stringify(record));
+  // At most its start (exec and loading, a few ms) against this thread's 60 ms.
+  assert.ok(record.workers.runMs <= 15, `the sleeper ran ${record.workers.runMs} ms`);
+  sleeper.kill("SIGKILL");
+  await new Promise((resolve) => sleeper.once("exit", resolve));
+  assert.throws(() => meter.end(), /without begin/);
+  assert.equal(
+    describeRunQueue({
+      wallMs: 9_900,
+      controller: { runMs: 3_450, waitMs: 1_290 },
+      workers: { runMs: 900, waitMs: 1_430 },
+    }),
+    "the controller's thread waited for a core 1,290 ms (13 % of 9,900 ms; it ran 3,450 ms), " +
+      "each worker's 1,430 ms (ran 900 ms)",
+  );
+  const gone = new RunQueueMeter([2 ** 22 + 1]);
+  gone.begin();
+  gone.end();
+  assert.equal(gone.record(), undefined, "a thread that cannot be read leaves no record");
 });

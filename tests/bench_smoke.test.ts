@@ -180,6 +180,11 @@ test("the latency scenario records the idle host's timer oversleep beside its ta
       // What the kernel's own threads ran during the rounds (an empty list on a quiet kernel).
       assert.ok(Array.isArray(latency.kernelThreads), "kernelThreads recorded");
       assert.match(result.stdout, /kernel threads during the rounds: /);
+      // How long the controller's and the workers' threads ran and waited for a core.
+      const waits = latency.runQueue;
+      assert.ok(waits.wallMs > 0 && waits.controller.runMs > 0 && waits.workers.runMs > 0);
+      assert.ok(waits.controller.waitMs >= 0 && waits.workers.waitMs >= 0);
+      assert.match(result.stdout, /the controller's thread waited for a core [\d,]+ ms/);
     }
     const targets = JSON.parse(readFileSync(file, "utf8")).targets;
     const p99 = targets.find((t: { target: string }) => /\(deno\): p99 <= 5 ms/.test(t.target));

@@ -16,6 +16,7 @@ import type { NatsPeerResult } from "../scenarios/nats_peer.ts";
 import type { PeerResult } from "../scenarios/peer.ts";
 import type { ThroughputResult } from "../scenarios/throughput.ts";
 import { describeKernelThreads, KERNEL_THREAD_MIN_MS } from "./kernel_threads.ts";
+import { describeRunQueue } from "./run_queue.ts";
 import type { BusyVerdict, LoadRecord } from "./machine_load.ts";
 import { natsComparisons, performanceTargets } from "./performance_targets.ts";
 import { runtimeLabel } from "./runtime.ts";
@@ -675,6 +676,14 @@ function details(results: Results): string[] {
             "",
           ]
           : []),
+        ...(l.runQueue
+          ? [
+            `The benchmark's own processes during the measured rounds (\`/proc/<pid>/schedstat\` of each one's main thread): ${
+              describeRunQueue(l.runQueue)
+            }. While the controller's thread waits, nothing is dispatched, and the jobs submitted meanwhile wait behind the workers' windows (see \`bench/README.md\`, "Taking turns for a core").`,
+            "",
+          ]
+          : []),
         markdownTable(
           ["Round", "jobs", "p50", "p90", "p99", "p99.9", "max"],
           [
@@ -1069,8 +1078,19 @@ export function readmeSection(results: Results): string {
   ].join("\n");
 }
 
-/** `; during the rounds kdamond.0 120 ms in 18 wake-ups (6.7 ms each)`: the busiest kthread */
+/**
+ * `; during the rounds kdamond.0 120 ms in 18 wake-ups (6.7 ms each); the controller's thread
+ * waited for a core 13 % of the rounds, a worker's 14 %`: the busiest kthread and the run-queue
+ * waits of the benchmark's own threads.
+ */
 export function kernelThreadNote(latency: LatencyResult): string {
   const top = latency.kernelThreads?.[0];
-  return top ? `; during the rounds ${describeKernelThreads([top])}` : "";
+  const waits = latency.runQueue;
+  const percent = (ms: number) => `${Math.round(ms / (waits?.wallMs ?? 1) * 100)} %`;
+  return (top ? `; during the rounds ${describeKernelThreads([top])}` : "") +
+    (waits
+      ? `; the controller's thread waited for a core ${
+        percent(waits.controller.waitMs)
+      } of the rounds, a worker's ${percent(waits.workers.waitMs)}`
+      : "");
 }

@@ -18,7 +18,9 @@
  * (default 3 s; `lib/timer_jitter.ts`): how late the idle host wakes a process up, beside which
  * a tail is read. During the rounds it also records the CPU time and wake-ups of the kernel's own
  * threads (`lib/kernel_threads.ts`; Linux), such as a memory monitor that takes a core for
- * milliseconds at a time. The workers count their samples in a histogram
+ * milliseconds at a time, and how long the controller's and the workers' threads waited for a core
+ * while ready to run (`lib/run_queue.ts`): five processes on a small machine take turns. The
+ * workers count their samples in a histogram
  * (`lib/latency_histogram.ts`), which costs them no allocation a job.
  *
  * @module
@@ -36,6 +38,7 @@ import {
   type KernelThreadUse,
 } from "../lib/kernel_threads.ts";
 import { type HistogramData, LatencyHistogram } from "../lib/latency_histogram.ts";
+import { describeRunQueue, RunQueueMeter, type RunQueueRecord } from "../lib/run_queue.ts";
 import { type Distribution, median, round, roundedDistribution } from "../lib/stats.ts";
 
 /** The scenario's result (ms). */
@@ -59,6 +62,11 @@ export interface LatencyResult {
    * measured rounds, the most first (`lib/kernel_threads.ts`); undefined without Linux `/proc`.
    */
   readonly kernelThreads?: readonly KernelThreadUse[];
+  /**
+   * How long the controller's and the workers' main threads ran and waited for a core during the
+   * measured rounds (`lib/run_queue.ts`); undefined without Linux `/proc`.
+   */
+  readonly runQueue?: RunQueueRecord;
 }
 
 /** Run the scenario on this process's runtime. */
@@ -138,9 +146,12 @@ export async function latency(options: {
     const achieved: number[] = [];
     /** The kernel threads' use summed over the rounds; undefined without Linux `/proc`. */
     let kernel: Map<string, { cpuMs: number; wakeups: number }> | undefined = new Map();
+    const runQueue = new RunQueueMeter(setup.workers.map((worker) => worker.pid));
     for (let r = 0; r < options.rounds; r++) {
       const threadsBefore = kernelThreadTotals();
+      runQueue.begin();
       const { submitted, achieved: rateAchieved } = await pace(options.seconds);
+      runQueue.end();
       const threadsAfter = kernelThreadTotals();
       if (!threadsBefore || !threadsAfter) kernel = undefined;
       else if (kernel) {
@@ -170,6 +181,8 @@ export async function latency(options: {
     if (kernelThreads) {
       options.log(`  kernel threads during the rounds: ${describeKernelThreads(kernelThreads)}`);
     }
+    const waits = runQueue.record();
+    if (waits) options.log(`  during the rounds ${describeRunQueue(waits)}`);
     const pick = (key: keyof Distribution) => round(median(rounds.map((d) => d[key])), 3);
     return {
       runtime: runtimeVersion(),
@@ -189,6 +202,7 @@ export async function latency(options: {
       },
       hostTimer,
       kernelThreads,
+      runQueue: waits,
     };
   } finally {
     await setup.close();

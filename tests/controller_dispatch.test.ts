@@ -45,6 +45,25 @@ describe("dispatch", () => {
     await controller.close();
   });
 
+  test("MessageIDs that JSON escapes reach the worker exactly, beside batches of plain ones", async () => {
+    const { producer, controller } = setup();
+    await controller.start();
+    const a = new ScriptedWorker(controller, "a");
+    a.register();
+    a.request(0, 10);
+    // The first batch's MessageIDs go into the frame unchecked; the second's need escaping.
+    const plain = ["p-1", "p-2"];
+    const escaped = ['q"uote', "back\\slash", "tab\there", "p-3", "emoji-🙂"];
+    producer.produce(jobs(...plain));
+    producer.produce(jobs(...escaped));
+    assert.deepEqual(a.jobIds(), [...plain, ...escaped]);
+    assert.deepEqual(
+      a.jobs().map((job) => job.payload),
+      [...plain, ...escaped].map((id) => ({ id })),
+    );
+    await controller.close();
+  });
+
   test("credit is pool-aware: no RequestNext without free worker demand", async () => {
     const { producer, controller } = setup();
     await controller.start();

@@ -7,7 +7,7 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { hashId, hasRepeats, IdTable, MAX_PROBE } from "../src/core/id_table.ts";
+import { hashId, hashIds, hasRepeats, IdTable, MAX_PROBE } from "../src/core/id_table.ts";
 import { RecentMap } from "../src/core/recent_map.ts";
 import { prng } from "./support/waiting.ts";
 
@@ -105,6 +105,24 @@ function compareRecent(seed: number, capacity: number, hashOf: (key: string) => 
   assert.equal(recent.size, remembered.length);
   assert.deepEqual([...recent].map(([key]) => key), remembered, "oldest first");
 }
+
+test("hashIds hashes as hashId does, and says whether JSON takes every key as it is", () => {
+  const random = prng(7);
+  const keys = Array.from({ length: 500 }, (_, i) => i % 2 ? crypto.randomUUID() : `k${random()}`);
+  const hashes = new Int32Array(keys.length);
+  assert.equal(hashIds(keys, hashes), true);
+  keys.forEach((key, i) => assert.equal(hashes[i], hashId(key), key));
+  // Every UTF-16 unit: a key called plain must be written by JSON.stringify unchanged; every
+  // other unit that JSON.stringify keeps is plain too, except surrogates (checked, to be safe).
+  for (let unit = 0; unit <= 0xffff; unit++) {
+    const key = `a${String.fromCharCode(unit)}b`;
+    const plain = hashIds(["plain", key], new Int32Array(2));
+    const unchanged = JSON.stringify(key) === `"${key}"`;
+    const surrogate = unit >= 0xd800 && unit <= 0xdfff;
+    assert.equal(plain, unchanged && !surrogate, `unit ${unit.toString(16)}`);
+  }
+  assert.equal(hashIds([], new Int32Array(0)), true);
+});
 
 test("RecentMap keeps the newest entries, also when keys are set again", () => {
   compareRecent(5, 100, hashId);

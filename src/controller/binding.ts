@@ -36,6 +36,8 @@ export interface Job {
   confirmFirst?: boolean;
   /** Cancelled while at a worker: whatever the worker reports, the try ends as cancelled. */
   cancelled?: boolean;
+  /** The MessageID goes into JSON text as it is (see `EncodedJob.plainId`). */
+  readonly plainId?: boolean;
 }
 
 /**
@@ -50,8 +52,9 @@ export function newJob(
   timeout: number | undefined,
   lost = 0,
   hash: number = hashId(messageId),
+  plainId = false,
 ): Job {
-  return new JobRecord(messageId, hash, storeSeq, payload, attempt, timeout, lost);
+  return new JobRecord(messageId, hash, storeSeq, payload, attempt, timeout, lost, plainId);
 }
 
 /**
@@ -74,6 +77,7 @@ class JobRecord implements Job {
     readonly attempt: number | undefined,
     readonly timeout: number | undefined,
     public lost: number,
+    readonly plainId: boolean,
   ) {
     // A job that was running when a worker was lost: see `confirmFirst`.
     this.confirmFirst = lost > 0;

@@ -36,7 +36,7 @@
 import type { TimerHandle } from "../core/clock.ts";
 import { Deque } from "../core/deque.ts";
 import { JobPool } from "./job_pool.ts";
-import { hashId, hasRepeats, IdTable } from "../core/id_table.ts";
+import { hashIds, hasRepeats, IdTable } from "../core/id_table.ts";
 import { RecentMap } from "../core/recent_map.ts";
 import { JsonText } from "../protocol/json_text.ts";
 import { StoredBatch } from "../protocol/stored_batch.ts";
@@ -186,6 +186,8 @@ type Handshake =
     readonly ids: readonly string[];
     /** The MessageIDs' `hashId`, by position. */
     readonly hashes: Int32Array;
+    /** Every MessageID goes into JSON text as it is (see `EncodedJob.plainId`). */
+    readonly plainIds: boolean;
     /** The jobs' tries as produced, by position; undefined when no job carries one. */
     readonly tries: readonly (ProducedTries | undefined)[] | undefined;
     /** Their payloads' JSON text, by position. */
@@ -1327,7 +1329,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     }
     // Every table the jobs pass through takes this hash of their MessageIDs (see IdTable).
     const hashes = new Int32Array(ids.length);
-    for (let i = 0; i < ids.length; i++) hashes[i] = hashId(ids[i]);
+    const plainIds = hashIds(ids, hashes);
     if (hasRepeats(ids, hashes)) {
       return this.#fail("protocol", new Error("Produced repeats a MessageID"));
     }
@@ -1372,6 +1374,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
       token: message.token,
       ids,
       hashes,
+      plainIds,
       tries,
       texts,
       known,
@@ -1398,7 +1401,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   #completeStore(results: readonly StoreResult[] | undefined): void {
     const handshake = this.#handshake;
     if (handshake.phase !== "store") return;
-    const { known, ids, hashes, tries, texts } = handshake;
+    const { known, ids, hashes, plainIds, tries, texts } = handshake;
     const accept: Job[] = [];
     const unaccepted: string[] = [];
     const seqs: number[] = new Array(ids.length);
@@ -1425,7 +1428,16 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
       }
       const tried = tries?.[i];
       accept.push(
-        newJob(messageId, seq, payload, tried?.attempt, tried?.timeout, tried?.lost, hashes[i]),
+        newJob(
+          messageId,
+          seq,
+          payload,
+          tried?.attempt,
+          tried?.timeout,
+          tried?.lost,
+          hashes[i],
+          plainIds,
+        ),
       );
       seqs[i] = seq;
     }

@@ -43,7 +43,41 @@ const SEED = (crypto.getRandomValues(new Uint32Array(1))[0] | 0) || 0x2545f491;
 export function hashId(key: string): number {
   let h = SEED ^ key.length;
   for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key.charCodeAt(i), 0x01000193);
-  // Mix the high bits down: the table indexes with the low ones.
+  return mixDown(h);
+}
+
+/**
+ * {@linkcode hashId} of every key of `keys`, written to `hashes` by position; whether every key
+ * can go into a JSON string as it is (no quotation mark, backslash, control character or
+ * surrogate), which spares the jobs frame a regular expression a job. Both in one pass, because
+ * reading a MessageID's characters costs more than either check (about 2 ns a character on
+ * Deno; the expression took 60-74 ns for a UUID, the check in this loop 8).
+ *
+ * @example
+ * ```ts
+ * import { hashId, hashIds } from "./id_table.ts";
+ * const hashes = new Int32Array(2);
+ * console.assert(hashIds(["job-1", "job-2"], hashes) && hashes[1] === hashId("job-2"));
+ * console.assert(!hashIds(['say "hi"'], new Int32Array(1)));
+ * ```
+ */
+export function hashIds(keys: readonly string[], hashes: Int32Array): boolean {
+  let plain = true;
+  for (let k = 0; k < keys.length; k++) {
+    const key = keys[k];
+    let h = SEED ^ key.length;
+    for (let i = 0; i < key.length; i++) {
+      const c = key.charCodeAt(i);
+      if (c < 0x20 || c === 0x22 || c === 0x5c || (c & 0xf800) === 0xd800) plain = false;
+      h = Math.imul(h ^ c, 0x01000193);
+    }
+    hashes[k] = mixDown(h);
+  }
+  return plain;
+}
+
+/** Mix the high bits down: the tables index with the low ones. */
+function mixDown(h: number): number {
   h ^= h >>> 16;
   h = Math.imul(h, 0x85ebca6b);
   h ^= h >>> 13;

@@ -154,6 +154,11 @@ export interface EncodedJob {
   readonly timeout?: number;
   /** Confirm what finished before starting it (sent with feature `outcomes`). */
   readonly confirmFirst?: boolean;
+  /**
+   * The MessageID is known to need no escaping in JSON (no quotation mark, backslash, control
+   * character or surrogate): it is written as it is, unchecked. Absent or false: checked.
+   */
+  readonly plainId?: boolean;
 }
 
 /**
@@ -181,7 +186,7 @@ export function encodeJobsFrame(
   for (let i = 0; i < jobs.length; i++) {
     const job = jobs[i];
     const id = job.messageId;
-    if (NEEDS_ESCAPE.test(id)) {
+    if (job.plainId !== true && NEEDS_ESCAPE.test(id)) {
       text += (i === 0 ? '{"id":' : ',{"id":') + JSON.stringify(id) + ',"payload":' + job.payload +
         "}";
     } else {
@@ -197,7 +202,7 @@ function encodeWithTries(session: string, seq: number, jobs: readonly EncodedJob
     const job = jobs[i];
     if (i > 0) text += ",";
     const id = job.messageId;
-    text += NEEDS_ESCAPE.test(id)
+    text += job.plainId !== true && NEEDS_ESCAPE.test(id)
       ? `{"id":${JSON.stringify(id)},"payload":${job.payload}`
       : `{"id":"${id}","payload":${job.payload}`;
     text += `,"attempt":${job.attempt ?? 1}`;

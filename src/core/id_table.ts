@@ -68,6 +68,7 @@ export function hashIds(keys: readonly string[], hashes: Int32Array): boolean {
     let h = SEED ^ key.length;
     for (let i = 0; i < key.length; i++) {
       const c = key.charCodeAt(i);
+      // The characters of the jobs frame's NEEDS_ESCAPE (protocol/codec.ts): change both together.
       if (c < 0x20 || c === 0x22 || c === 0x5c || (c & 0xf800) === 0xd800) plain = false;
       h = Math.imul(h ^ c, 0x01000193);
     }

@@ -214,6 +214,7 @@ function encodeWithTries(session: string, seq: number, jobs: readonly EncodedJob
 }
 
 // A character JSON.stringify would not copy as it is: a quote, a backslash, a control character
-// or a surrogate (a lone one is escaped).
+// or a surrogate (a lone one is escaped). `hashIds` (core/id_table.ts) makes the same check while
+// it hashes a batch's MessageIDs, and sets `plainId` from it: change both together.
 // deno-lint-ignore no-control-regex -- control characters are exactly what needs escaping
 const NEEDS_ESCAPE = /["\\\u0000-\u001f\ud800-\udfff]/;

@@ -7,7 +7,7 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { hashId, hashIds, hasRepeats, IdTable, MAX_PROBE } from "../src/core/id_table.ts";
+import { hashId, hashIds, hasRepeats, IdTable, MAX_PROBE, murmur3 } from "../src/core/id_table.ts";
 import { RecentMap } from "../src/core/recent_map.ts";
 import { prng } from "./support/waiting.ts";
 
@@ -122,6 +122,50 @@ test("hashIds hashes as hashId does, and says whether JSON takes every key as it
     assert.equal(plain, unchanged && !surrogate, `unit ${unit.toString(16)}`);
   }
   assert.equal(hashIds([], new Int32Array(0)), true);
+});
+
+test("hashId is MurmurHash3 (x86, 32 bits) of the key's UTF-8 bytes", () => {
+  // Published test vectors: every tail length, seeds 0 and others, and a key beyond ASCII.
+  const vectors: [string, number, number][] = [
+    ["", 0, 0],
+    ["", 1, 0x514e28b7],
+    ["a", 0x9747b28c, 0x7fa09ea6],
+    ["ab", 0x9747b28c, 0x74875592],
+    ["abc", 0, 0xb3dd93fa],
+    ["aaaa", 0x9747b28c, 0x5a97808a],
+    ["hello", 0, 0x248bfa47],
+    ["Hello, world!", 1234, 0xfaf6cdb3],
+    ["Hello, world!", 0x9747b28c, 0x24884cba],
+    ["The quick brown fox jumps over the lazy dog", 0x9747b28c, 0x2fa826cd],
+    ["ππππππππ", 0x9747b28c, 0xd58063c1],
+  ];
+  for (const [key, seed, expected] of vectors) {
+    assert.equal(murmur3(key, seed) >>> 0, expected, `${JSON.stringify(key)} seed ${seed}`);
+  }
+  // A key beyond ASCII hashes as its UTF-8 bytes, whichever character comes first.
+  assert.equal(murmur3("aπ", 7), murmur3("aπ", 7));
+  assert.notEqual(hashId("aπ"), hashId("πa"));
+});
+
+test("hashIds agrees with hashId for a batch of any keys, encoded together or key by key", () => {
+  const random = prng(11);
+  const ascii = Array.from({ length: 300 }, (_, i) => "k".repeat(i % 9) + String(random()));
+  const mixed = [...ascii.slice(0, 50), "ünïcode", "😀", "\ud800lone", "tab\there", "π"];
+  for (const keys of [ascii, mixed, ["", "a", "ab", "abc", "abcd", "abcde"]]) {
+    const hashes = new Int32Array(keys.length);
+    hashIds(keys, hashes);
+    keys.forEach((key, i) => assert.equal(hashes[i], hashId(key), JSON.stringify(key)));
+  }
+  // Whether every key is plain, with keys beyond ASCII in the batch (read key by key) or not.
+  assert.equal(hashIds(["ünïcode", "plain"], new Int32Array(2)), true);
+  assert.equal(hashIds(["ünïcode", 'a"quote'], new Int32Array(2)), false);
+  assert.equal(hashIds(["ünïcode\\"], new Int32Array(1)), false);
+  assert.equal(hashIds(["plain", "back\\slash"], new Int32Array(2)), false);
+  // A batch larger than the encoding buffer's limit (2^20 characters) is hashed key by key.
+  const large = Array.from({ length: 30_000 }, () => crypto.randomUUID());
+  const hashes = new Int32Array(large.length);
+  assert.equal(hashIds(large, hashes), true);
+  for (let i = 0; i < large.length; i += 997) assert.equal(hashes[i], hashId(large[i]));
 });
 
 test("RecentMap keeps the newest entries, also when keys are set again", () => {

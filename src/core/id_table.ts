@@ -34,15 +34,15 @@ const SEED = (crypto.getRandomValues(new Uint32Array(1))[0] | 0) || 0x2545f491;
 const C1 = 0xcc9e2d51 | 0;
 const C2 = 0x1b873593;
 
-// What murmur3Ascii saw in its key: a character JSON escapes, or one beyond ASCII (the hash it
-// returned is then not the key's).
+// What the latest murmur3Ascii or murmur3Bytes saw: a character JSON escapes, or (murmur3Ascii)
+// one beyond ASCII, when the hash it returned is not the key's.
 const ESCAPES = 1;
 const NOT_ASCII = 2;
 let seen = 0;
 
 // The characters of the jobs frame's NEEDS_ESCAPE (protocol/codec.ts) that ASCII has: change both
-// together. (The other ones, surrogates, are not ASCII.)
-const ESCAPE = new Uint8Array(128);
+// together. (The other ones, surrogates, are not ASCII.) Indexed by a character or a UTF-8 byte.
+const ESCAPE = new Uint8Array(256);
 for (let c = 0; c < 0x20; c++) ESCAPE[c] = ESCAPES;
 ESCAPE[0x22] = ESCAPES;
 ESCAPE[0x5c] = ESCAPES;
@@ -107,10 +107,7 @@ function murmur3Ascii(key: string, seed: number): number {
       return 0;
     }
     flags |= ESCAPE[a] | ESCAPE[b] | ESCAPE[c] | ESCAPE[d];
-    let k = Math.imul(a | (b << 8) | (c << 16) | (d << 24), C1);
-    k = Math.imul((k << 15) | (k >>> 17), C2);
-    h ^= k;
-    h = (Math.imul((h << 13) | (h >>> 19), 5) + 0xe6546b64) | 0;
+    h = mixBlock(h, a | (b << 8) | (c << 16) | (d << 24));
   }
   let tail = 0;
   for (let shift = 0; i < n; i++, shift += 8) {
@@ -126,22 +123,37 @@ function murmur3Ascii(key: string, seed: number): number {
   return finish(h, tail, n);
 }
 
-/** MurmurHash3 (x86, 32 bits) of `bytes[start, end)` with `seed`. */
+/**
+ * MurmurHash3 (x86, 32 bits) of `bytes[start, end)` with `seed`; sets `seen` to whether an ASCII
+ * byte there needs escaping in JSON.
+ */
 function murmur3Bytes(bytes: Uint8Array, start: number, end: number, seed: number): number {
+  let flags = 0;
   let h = seed;
   let p = start;
   for (; p + 3 < end; p += 4) {
-    let k = Math.imul(
-      bytes[p] | (bytes[p + 1] << 8) | (bytes[p + 2] << 16) | (bytes[p + 3] << 24),
-      C1,
-    );
-    k = Math.imul((k << 15) | (k >>> 17), C2);
-    h ^= k;
-    h = (Math.imul((h << 13) | (h >>> 19), 5) + 0xe6546b64) | 0;
+    const a = bytes[p];
+    const b = bytes[p + 1];
+    const c = bytes[p + 2];
+    const d = bytes[p + 3];
+    flags |= ESCAPE[a] | ESCAPE[b] | ESCAPE[c] | ESCAPE[d];
+    h = mixBlock(h, a | (b << 8) | (c << 16) | (d << 24));
   }
   let tail = 0;
-  for (let shift = 0; p < end; p++, shift += 8) tail |= bytes[p] << shift;
+  for (let shift = 0; p < end; p++, shift += 8) {
+    flags |= ESCAPE[bytes[p]];
+    tail |= bytes[p] << shift;
+  }
+  seen = flags;
   return finish(h, tail, end - start);
+}
+
+/** Murmur's step: mix the block of four bytes `k` into `h`. */
+function mixBlock(h: number, k: number): number {
+  k = Math.imul(k, C1);
+  k = Math.imul((k << 15) | (k >>> 17), C2);
+  h ^= k;
+  return (Math.imul((h << 13) | (h >>> 19), 5) + 0xe6546b64) | 0;
 }
 
 /** Murmur's last (partial) block, the length, and the final mix. */
@@ -163,9 +175,9 @@ function utf8(text: string): Uint8Array {
 /**
  * {@linkcode hashId} of every key of `keys`, written to `hashes` by position; whether every key
  * can go into a JSON string as it is (no quotation mark, backslash, control character or
- * surrogate), which spares the jobs frame a regular expression a job. Both in one pass over the
- * keys' bytes: the batch's keys are encoded together (one `TextEncoder` call), because on Deno
- * reading a string's characters one by one costs about 2.5 ns each, more than hashing them.
+ * surrogate), which spares the jobs frame a regular expression a job. Both in one pass: on Deno
+ * over the bytes of the batch's keys encoded together (one `TextEncoder` call; see
+ * `ENCODE_BATCHES`), elsewhere over their characters.
  *
  * @example
  * ```ts
@@ -184,29 +196,12 @@ export function hashIds(keys: readonly string[], hashes: Int32Array): boolean {
   const { read, written } = encoder.encodeInto(joined, scratch);
   // Not ASCII throughout: the bytes are not the characters (and may not have fit).
   if (read !== n || written !== n) return hashEach(keys, hashes);
-  const bytes = scratch;
   let escapes = 0;
-  let p = 0;
-  for (let k = 0; k < keys.length; k++) {
+  for (let k = 0, p = 0; k < keys.length; k++) {
     const end = p + keys[k].length;
-    let h = SEED;
-    for (; p + 3 < end; p += 4) {
-      const a = bytes[p];
-      const b = bytes[p + 1];
-      const c = bytes[p + 2];
-      const d = bytes[p + 3];
-      escapes |= ESCAPE[a] | ESCAPE[b] | ESCAPE[c] | ESCAPE[d];
-      let w = Math.imul(a | (b << 8) | (c << 16) | (d << 24), C1);
-      w = Math.imul((w << 15) | (w >>> 17), C2);
-      h ^= w;
-      h = (Math.imul((h << 13) | (h >>> 19), 5) + 0xe6546b64) | 0;
-    }
-    let tail = 0;
-    for (let shift = 0; p < end; p++, shift += 8) {
-      escapes |= ESCAPE[bytes[p]];
-      tail |= bytes[p] << shift;
-    }
-    hashes[k] = finish(h, tail, keys[k].length);
+    hashes[k] = murmur3Bytes(scratch, p, end, SEED);
+    escapes |= seen;
+    p = end;
   }
   return escapes === 0;
 }

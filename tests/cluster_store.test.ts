@@ -108,6 +108,62 @@ async function flow(
 }
 
 describe(`DenoKvClusterStore (${CLIENT})`, () => {
+  test("renew() during a lease round runs one more round, which counts what changed since", async () => {
+    const kv = await openKv(":memory:");
+    const counter = JSON.stringify(["flow", "count", "waiting"]);
+    // Armed, the next read of the counters returns what it read only once the gate opens: the
+    // lease round in flight has its counts, taken before the job added below.
+    let armed = false;
+    let reached!: () => void;
+    const reading = new Promise<void>((resolve) => reached = resolve);
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => open = resolve);
+    const gated = {
+      atomic: kv.atomic.bind(kv),
+      list: kv.list.bind(kv),
+      async getMany(keys: Deno.KvKey[]) {
+        const entries = await kv.getMany(keys);
+        if (armed && keys.some((key) => JSON.stringify(key) === counter)) {
+          armed = false;
+          reached();
+          await gate;
+        }
+        return entries;
+      },
+    };
+    const clock = new ManualClock();
+    const store = new DenoKvClusterStore(gated as unknown as ClusterKvLike, {
+      prefix: ["flow"],
+      clock,
+      instance: { id: "a", leaseTtl: 1000 },
+    });
+    try {
+      await store.load();
+      await store.renew();
+      const job = (id: string) => ({ id, payload: "0", plan: planJob({}, clock.now()) });
+      await store.enqueue([job("x")]);
+      armed = true;
+      const first = store.renew();
+      await reading;
+      await store.enqueue([job("y")]);
+      const second = store.renew();
+      assert.notEqual(second, first, "a round that read before the change is not enough");
+      open();
+      await first;
+      assert.equal(store.counts().waiting, 1, "the first round counted before y");
+      await second;
+      assert.equal(store.counts().waiting, 2);
+      const third = store.renew(); // none in flight: starts one
+      const [fourth, fifth] = [store.renew(), store.renew()];
+      assert.equal(fourth, fifth, "callers during one round share the next");
+      await Promise.all([third, fourth]);
+    } finally {
+      open();
+      store.close();
+      kv.close();
+    }
+  });
+
   test("concurrent claims by three instances hand each job to exactly one of them", async () => {
     const f = await flow(["a", "b", "c"]);
     try {

@@ -217,6 +217,8 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
   #leaseTimer: TimerHandle | undefined;
   #pollTimer: TimerHandle | undefined;
   #round: Promise<void> | undefined;
+  /** The round a `renew()` made during `#round` waits for. */
+  #nextRound: Promise<void> | undefined;
   /** The renewal in flight (a round's, or a tick's while a round is busy). */
   #renewal: Promise<boolean> | undefined;
   /** The epoch whose fencing was reported (one report per epoch). */
@@ -475,10 +477,21 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
   /**
    * One lease round now (the timer runs one every `renewInterval`): renew this instance's
    * lease, read the registry, take over instances whose lease lapsed, hand cancel requests to
-   * the controller, refresh `counts()`.
+   * the controller, refresh `counts()`. Resolves after a round that started after the call: with
+   * a round in flight, another runs once it is over.
    */
   renew(): Promise<void> {
-    this.#round ??= this.#leaseRound().finally(() => (this.#round = undefined));
+    if (this.#round) {
+      // The round in flight may have read the registry and the counts before the caller's latest
+      // change: one more round after it, shared by every caller meanwhile (a round that another
+      // caller started after this one ended began after the change too).
+      this.#nextRound ??= this.#round.catch(() => {}).then(() => {
+        this.#nextRound = undefined;
+        return this.#round ?? this.renew();
+      });
+      return this.#nextRound;
+    }
+    this.#round = this.#leaseRound().finally(() => (this.#round = undefined));
     return this.#round;
   }
 
@@ -501,6 +514,7 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
   async leave(): Promise<void> {
     this.#stopTimers();
     await this.#round;
+    await this.#nextRound;
     await this.#renewal; // a renewal landing after the leave would write the lease back
     if (this.#queue.live) await this.#queue.leave();
   }

@@ -142,10 +142,34 @@ test("hashId is MurmurHash3 (x86, 32 bits) of the key's UTF-8 bytes", () => {
   for (const [key, seed, expected] of vectors) {
     assert.equal(murmur3(key, seed) >>> 0, expected, `${JSON.stringify(key)} seed ${seed}`);
   }
-  // A key beyond ASCII hashes as its UTF-8 bytes, whichever character comes first.
-  assert.equal(murmur3("aπ", 7), murmur3("aπ", 7));
+  // A key beyond ASCII hashes as its UTF-8 bytes wherever its first such character stands (the
+  // key is read as ASCII until then): in the first block, a later one, or the tail.
+  for (const key of ["πabcdefg", "abcdπefg", "abcdefgπ", "abcdefghπ", "a😀", "\ud800lone"]) {
+    const expected = referenceMurmur3(new TextEncoder().encode(key), 0x9747b28c);
+    assert.equal(murmur3(key, 0x9747b28c) >>> 0, expected, JSON.stringify(key));
+  }
   assert.notEqual(hashId("aπ"), hashId("πa"));
 });
+
+/** MurmurHash3 (x86, 32 bits) as its reference code writes it, over bytes: the test's oracle. */
+function referenceMurmur3(bytes: Uint8Array, seed: number): number {
+  const rotl = (x: number, r: number) => (x << r) | (x >>> (32 - r));
+  const blocks = bytes.length >> 2;
+  let h = seed | 0;
+  for (let i = 0; i < blocks; i++) {
+    const at = i * 4;
+    let k = bytes[at] | (bytes[at + 1] << 8) | (bytes[at + 2] << 16) | (bytes[at + 3] << 24);
+    k = Math.imul(rotl(Math.imul(k, 0xcc9e2d51), 15), 0x1b873593);
+    h = (Math.imul(rotl(h ^ k, 13), 5) + 0xe6546b64) | 0;
+  }
+  let k = 0;
+  for (let i = bytes.length - 1; i >= blocks * 4; i--) k = (k << 8) | bytes[i];
+  if (bytes.length & 3) h ^= Math.imul(rotl(Math.imul(k, 0xcc9e2d51), 15), 0x1b873593);
+  h ^= bytes.length;
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  return (h ^ (h >>> 16)) >>> 0;
+}
 
 test("hashIds agrees with hashId for a batch of any keys, encoded together or key by key", () => {
   const random = prng(11);

@@ -63,6 +63,29 @@ test("colliding keys move an IdTable onto a native map, and every answer stays r
   compare(8, 5_000, MAX_PROBE / 2, () => -1);
 });
 
+test("an IdTable's copy has the same entries, made room for or spilled, and is its own", () => {
+  for (const hashOf of [hashId, () => 12345]) {
+    const table = new IdTable<number>(1_000); // room for 1,000 before it grows
+    const reference = new Map<string, number>();
+    for (let i = 0; i < 600; i++) {
+      table.set(`k${i}`, i, hashOf(`k${i}`));
+      reference.set(`k${i}`, i);
+    }
+    const copy = table.copy();
+    assert.deepEqual(new Map(copy), reference);
+    copy.set("new", -1, hashOf("new"));
+    copy.delete("k0", hashOf("k0"));
+    table.set("k1", 100, hashOf("k1"));
+    assert.deepEqual([table.get("new", hashOf("new")), table.get("k0", hashOf("k0"))], [
+      undefined,
+      0,
+    ]);
+    assert.deepEqual([copy.get("new", hashOf("new")), copy.has("k0", hashOf("k0"))], [-1, false]);
+    assert.equal(copy.get("k1", hashOf("k1")), 1);
+    assert.deepEqual([table.size, copy.size], [600, 600]);
+  }
+});
+
 test("hasRepeats finds a repeated key, also among colliding hashes", () => {
   const random = prng(11);
   for (let round = 0; round < 200; round++) {

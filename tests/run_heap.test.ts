@@ -36,6 +36,9 @@ function check(seed: number, steps: number, inOrder: number): void {
     }
     assert.equal(queue.size, reference.length);
   }
+  const visited: Item[] = [];
+  queue.forEach((item) => visited.push(item));
+  assert.deepEqual(visited.sort(compare), reference, `seed ${seed}: forEach visits every item`);
   while (reference.length > 0) assert.equal(queue.pop(), reference.shift());
   assert.equal(queue.pop(), undefined);
   assert.equal(queue.peek(), undefined);

@@ -468,7 +468,7 @@ export class InstanceQueue {
       (messageId, payload) => checkJob(messageId, payload, maxBytes),
     );
     const adopting = await this.#readForAdoption(
-      [...fresh].filter((id) => !this.#held.has(id)),
+      [...new Set(fresh)].filter((id) => !this.#held.has(id)),
       signal,
     );
     // The batch's effect, per job, applied to memory once it is durable.

@@ -22,6 +22,7 @@
 
 import type { Clock } from "../core/clock.ts";
 import { Deque } from "../core/deque.ts";
+import { IdTable } from "../core/id_table.ts";
 import {
   type BatchStoreJob,
   type DurableWorkQueue,
@@ -51,7 +52,7 @@ export interface LaneUnit {
   readonly accept?: readonly string[];
   readonly confirm: readonly string[];
   /** How the confirmed tries ended, for those the controller reported an outcome. */
-  readonly outcomes?: ReadonlyMap<string, JobOutcome>;
+  readonly outcomes?: IdTable<JobOutcome>;
 }
 
 /** What {@linkcode DurableLane.execute} reports. */
@@ -152,16 +153,29 @@ export class DurableLane {
   /** Build the next unit when idle and there is work; the caller executes it. */
   next(): LaneUnit | undefined {
     if (this.#running) return undefined;
-    const budget = {
-      operations: Math.max(1, this.#limits.maxOperations),
-      bytes: this.#limits.maxBytes,
-    };
-    // A queue without a byte limit: nothing to count (utf8Length walks every character).
-    const counted = this.#limits.maxBytes < Number.MAX_SAFE_INTEGER;
-    const take = (bytes: number, first: boolean) => {
-      if (!first && (budget.operations < 1 || budget.bytes < bytes)) return false;
+    const maxBytes = this.#limits.maxBytes;
+    const budget = { operations: Math.max(1, this.#limits.maxOperations), bytes: maxBytes };
+    // A queue without a byte limit: nothing to count. Otherwise each text is charged 3 bytes a
+    // UTF-16 unit (UTF-8's most) while that fits, and exactly (utf8Length walks every character)
+    // from the first one that may not: most units never need the walk.
+    const counted = maxBytes < Number.MAX_SAFE_INTEGER;
+    let exact = false;
+    const jobs: BatchStoreJob[] = [];
+    const ids: string[] = [];
+    const confirm: string[] = [];
+    const take = (text: string, more: string | undefined, first: boolean) => {
+      if (!first && budget.operations < 1) return false;
+      if (counted) {
+        let bytes = 3 * (text.length + (more?.length ?? 0));
+        if (!exact && bytes > budget.bytes) {
+          exact = true;
+          budget.bytes = maxBytes - exactBytes(jobs, ids, confirm);
+        }
+        if (exact) bytes = utf8Length(text) + (more === undefined ? 0 : utf8Length(more));
+        if (!first && budget.bytes < bytes) return false;
+        budget.bytes -= bytes;
+      }
       budget.operations -= 1;
-      budget.bytes -= bytes;
       return true;
     };
     let unit: {
@@ -169,40 +183,37 @@ export class DurableLane {
       store?: LaneUnit["store"];
       accept?: string[];
       confirm: string[];
-      outcomes?: Map<string, JobOutcome>;
-    } = { epoch: this.epoch, confirm: [] };
+      outcomes?: IdTable<JobOutcome>;
+    } = { epoch: this.epoch, confirm };
     const work = this.#handshake;
     // Waiting confirmations keep up to half of the unit's operations from the handshake: a
     // producer that always has work (a lookahead keeps one) must not starve them, or finished
     // jobs pile up unwritten and run again after a crash.
     const reserved = Math.min(this.#confirms.length, Math.floor(budget.operations / 2));
-    const takeForHandshake = (bytes: number, first: boolean) =>
-      (first || budget.operations > reserved) && take(bytes, first);
+    const takeForHandshake = (text: string, more: string | undefined, first: boolean) =>
+      (first || budget.operations > reserved) && take(text, more, first);
     if (work?.kind === "store") {
-      const jobs: BatchStoreJob[] = [];
       for (let i = work.next; i < work.jobs.length; i++) {
         const job = work.jobs[i];
-        const bytes = counted ? utf8Length(job.messageId) + utf8Length(job.payload) : 0;
-        if (!takeForHandshake(bytes, jobs.length === 0)) break;
+        if (!takeForHandshake(job.messageId, job.payload, jobs.length === 0)) break;
         jobs.push(job);
       }
       unit.store = { firstSeq: work.cursor + 1, jobs };
     } else if (work?.kind === "accept") {
-      const ids: string[] = [];
       for (let i = work.next; i < work.ids.length; i++) {
-        if (!takeForHandshake(counted ? utf8Length(work.ids[i]) : 0, ids.length === 0)) break;
+        if (!takeForHandshake(work.ids[i], undefined, ids.length === 0)) break;
         ids.push(work.ids[i]);
       }
       unit.accept = ids;
     }
     while (this.#confirms.length > 0) {
       const id = this.#confirms.peek()!;
-      if (!take(counted ? utf8Length(id) : 0, !work && unit.confirm.length === 0)) break;
-      unit.confirm.push(this.#confirms.shift()!);
+      if (!take(id, undefined, !work && confirm.length === 0)) break;
+      confirm.push(this.#confirms.shift()!);
       const outcome = this.#outcomes.shift();
-      if (outcome) (unit.outcomes ??= new Map()).set(id, outcome);
+      if (outcome) (unit.outcomes ??= new IdTable(this.#confirms.length + 1)).set(id, outcome);
     }
-    if (!unit.store && !unit.accept && unit.confirm.length === 0) return undefined;
+    if (!unit.store && !unit.accept && confirm.length === 0) return undefined;
     this.#running = unit = Object.freeze(unit);
     return unit;
   }
@@ -279,6 +290,19 @@ export class DurableLane {
     }
     return stored;
   }
+}
+
+/** The UTF-8 bytes of a unit's MessageIDs and payloads so far. */
+function exactBytes(
+  jobs: readonly BatchStoreJob[],
+  accepted: readonly string[],
+  confirmed: readonly string[],
+): number {
+  let bytes = 0;
+  for (const job of jobs) bytes += utf8Length(job.messageId) + utf8Length(job.payload);
+  for (const id of accepted) bytes += utf8Length(id);
+  for (const id of confirmed) bytes += utf8Length(id);
+  return bytes;
 }
 
 /** The outcome of {@linkcode runWithRetry}. */

@@ -69,6 +69,12 @@ export class Heap<T> {
     return top;
   }
 
+  /** Call `visit` with every item, in no particular order. */
+  forEach(visit: (item: T) => void): void {
+    const items = this.#items;
+    for (let i = 0; i < items.length; i++) visit(items[i]);
+  }
+
   /** Remove every item. */
   clear(): void {
     this.#items.length = 0;

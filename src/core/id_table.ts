@@ -257,9 +257,11 @@ export class IdTable<V> {
   /** Set once a probe ran too long: from then on the table is this map. */
   #map: Map<string, V> | undefined;
 
-  /** An empty table. */
-  constructor() {
-    this.#allocate(MIN_CAPACITY);
+  /** An empty table, with room for `entries` before it grows. */
+  constructor(entries = 0) {
+    let capacity = MIN_CAPACITY;
+    while (capacity < entries * 2) capacity *= 2;
+    this.#allocate(capacity);
   }
 
   /** The number of entries. */
@@ -342,6 +344,18 @@ export class IdTable<V> {
       this.#rehash(keys.length / 2);
     }
     return true;
+  }
+
+  /** A table with the same entries (their hashes are copied, not computed again). */
+  copy(): IdTable<V> {
+    const copy = new IdTable<V>();
+    if (this.#map) copy.#map = new Map(this.#map);
+    copy.#keys = this.#keys.slice();
+    copy.#values = this.#values.slice();
+    copy.#hashes = this.#hashes.slice();
+    copy.#mask = this.#mask;
+    copy.#size = this.#size;
+    return copy;
   }
 
   /** Remove every entry. */

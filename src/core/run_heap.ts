@@ -57,6 +57,13 @@ export class RunHeap<T> {
     return this.#fromRun() ? this.#run.shift() : this.#heap.pop();
   }
 
+  /** Call `visit` with every item, in no particular order. */
+  forEach(visit: (item: T) => void): void {
+    const run = this.#run;
+    for (let i = 0; i < run.length; i++) visit(run.at(i)!);
+    this.#heap.forEach(visit);
+  }
+
   /** Remove every item. */
   clear(): void {
     this.#run.clear();

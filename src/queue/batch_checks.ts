@@ -22,28 +22,31 @@ export function checkStoredJob(messageId: string, payload: string): void {
 /**
  * Check `batch` against a queue whose next store sequence is `nextSeq` and which holds the jobs
  * `held` answers true for; `checkJob` checks each stored job (a queue with a payload limit adds
- * it there). Returns the MessageIDs the batch stores for the first time.
+ * it there). Returns the MessageIDs the batch stores for the first time, in batch order (a
+ * repeated one as often as it is repeated). No `Set` of them is made unless the batch accepts a
+ * job that is not held: an engine hashes a fresh string dearly the first time it is a key.
  */
 export function checkBatch(
   batch: QueueBatch,
   nextSeq: number,
   held: (messageId: string) => boolean,
   checkJob: (messageId: string, payload: string) => void = checkStoredJob,
-): Set<string> {
-  const fresh = new Set<string>();
+): readonly string[] {
+  const fresh: string[] = [];
   for (const job of batch.store?.jobs ?? []) {
     checkJob(job.messageId, job.payload);
-    if (!held(job.messageId)) fresh.add(job.messageId);
+    if (!held(job.messageId)) fresh.push(job.messageId);
   }
-  if (fresh.size > 0 && batch.store!.firstSeq !== nextSeq) {
+  if (fresh.length > 0 && batch.store!.firstSeq !== nextSeq) {
     throw new QueueConflictError(
       `Cannot store a batch at ${batch.store!.firstSeq}: the next sequence is ${nextSeq}`,
     );
   }
+  let stored: Set<string> | undefined;
   for (const id of batch.accept ?? []) {
-    if (!held(id) && !fresh.has(id)) {
-      throw new QueueConflictError(`Cannot accept ${id}: unknown MessageID`);
-    }
+    if (held(id)) continue;
+    stored ??= new Set(fresh);
+    if (!stored.has(id)) throw new QueueConflictError(`Cannot accept ${id}: unknown MessageID`);
   }
   return fresh;
 }

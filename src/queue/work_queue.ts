@@ -149,6 +149,17 @@ export interface QueueBatch {
  * How a batch's confirmed tries ended, looked up by MessageID: a `Map` will do. (The controller
  * passes a table that hashes MessageIDs in JavaScript: an engine's native `Map` spends about
  * 0.5 µs on the first use of each fresh MessageID as a key.)
+ *
+ * @example A batch that confirms two tries, one of which failed
+ * ```ts
+ * import type { BatchOutcomes, QueueBatch } from "./work_queue.ts";
+ *
+ * const outcomes: BatchOutcomes = new Map([
+ *   ["job-2", { kind: "failed", error: { name: "Error", message: "no such user" } }],
+ * ]);
+ * const batch: QueueBatch = { confirm: ["job-1", "job-2"], outcomes };
+ * console.assert(batch.outcomes?.get("job-1") === undefined); // completed
+ * ```
  */
 export interface BatchOutcomes {
   /** How the try of `messageId` ended; undefined: it completed. */

@@ -122,3 +122,26 @@ test("a job is looked up by its MessageID in every call, whatever string object 
   assert.deepEqual([repeat.created, repeat.job.state], [false, "completed"]);
   store.close();
 });
+
+test("a finished job that runs again is not forgotten while it runs, when the ring comes round", async () => {
+  const { clock, store, epoch, add, start } = await storeWith({ retainedJobs: 1 });
+  await add("a");
+  await add("b");
+  assert.deepEqual(await start(2), ["a", "b"]);
+  clock.advance(1);
+  await store.commit(epoch, { confirm: ["a"] });
+  // The controller stores "a" again (a producer resubmitted it): it runs, its record still
+  // carrying when it finished before.
+  clock.advance(1);
+  await store.commit(epoch, {
+    store: { firstSeq: 3, jobs: [{ messageId: "a", payload: '"a2"' }] },
+    accept: ["a"],
+  });
+  clock.advance(1);
+  await store.commit(epoch, { confirm: ["b"] }); // takes the ring's one place, "a"'s old one
+  assert.equal((await store.get("a"))?.state, "active");
+  await store.commit(epoch, { confirm: ["a"] });
+  assert.equal((await store.get("a"))?.state, "completed");
+  assert.equal(await store.get("b"), undefined, "b is forgotten once a finished after it");
+  store.close();
+});

@@ -3,7 +3,8 @@
  * line (`--help` prints the usage and writes nothing; an unknown flag or scenario is an error
  * that names it and writes nothing), the batched raw WebSocket baseline beside workpull, the
  * latency scenario's record of the idle host's timer oversleep and of the kernel's threads, the
- * backlog scenario (ingest and drain on a KV file), and the NATS JetStream peer with tiny numbers
+ * backlog scenario (ingest and drain on a KV file), the scripted controller (the batched server
+ * speaking workpull's protocol to real worker processes), and the NATS JetStream peer with tiny numbers
  * — every job acked, every figure above zero — so that CI proves the peer works. These measure
  * nothing: speed figures come from full runs only.
  *
@@ -152,6 +153,24 @@ test("the batched raw WebSocket baseline runs beside workpull and the per-job ba
       results.targets.some((t: { target: string }) => /batched raw WebSocket limit/.test(t.target)),
     );
   });
+});
+
+test("the scripted controller runs real workpull worker processes through every job", {
+  skip: bunSkip,
+  timeout: 120_000,
+}, async () => {
+  // bench/tools/round_trips.ts --scripted: the batched server speaking workpull's protocol.
+  const { ScriptedControllerSetup } = await import("../bench/lib/batched_raw.ts");
+  const setup = await ScriptedControllerSetup.start({ processes: 2, perProcess: 2 }, 100);
+  try {
+    assert.equal(setup.server.sockets, 4, "every endpoint registered over its own socket");
+    for (let round = 1; round <= 2; round++) {
+      assert.ok(await setup.run(JOBS) > 0);
+      assert.equal(setup.server.confirmed, round * JOBS, "every job confirmed, none twice");
+    }
+  } finally {
+    await setup.close();
+  }
 });
 
 test("the latency scenario records the idle host's timer oversleep beside its tail", {

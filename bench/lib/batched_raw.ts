@@ -17,13 +17,22 @@
  * algorithm on, Deno's, would otherwise hold its next frame for the delayed ACK, 40 ms, at the end
  * of every run). A run ends when every job is confirmed.
  *
+ * Spoken as `"workpull"`, the same server is the **scripted controller**: it answers a workpull
+ * worker's `register` with a `registered` (one session, one binding a socket), writes the same
+ * jobs frames with the session in them, and reads the worker's `request` and `ack` frames, so
+ * that real workpull worker processes (`connectWorker`, `bench/scenarios/worker_process.ts`) can
+ * run at the limit of the wire: what workpull's worker side allows with a controller that costs
+ * nothing (`tools/round_trips.ts`). A `request` with `resend` takes back what was sent and not
+ * confirmed, and sends fresh jobs in its place.
+ *
  * @module
  */
 
 import { type Child, spawnChild, withTimeout } from "./proc.ts";
 import { now, repoPath, runtime, scriptCommand, until } from "./runtime.ts";
-import { type Setup, type Topology, topologyLabel } from "./setups.ts";
+import { type Setup, spawnWorker, type Topology, topologyLabel } from "./setups.ts";
 import { HEARD } from "./servers.ts";
+import { SUBPROTOCOL } from "../../src/protocol/schemas.ts";
 import type { FrameRecorder } from "./timeline.ts";
 
 /** The batched baseline server. */
@@ -38,6 +47,12 @@ export interface BatchedRawServer {
   close(): Promise<void>;
 }
 
+/** Which clients the server talks to: the batched raw client, or workpull's worker endpoints. */
+export type BatchedProtocol = "raw" | "workpull";
+
+/** The scripted controller's session and binding names. */
+const SESSION = "scripted";
+
 interface Peer {
   readonly index: number;
   readonly send: (text: string) => void;
@@ -49,9 +64,15 @@ interface Peer {
 
 /**
  * Start the batched baseline server on 127.0.0.1, a free port; `recorder` (a tool's) notes the
- * frames its sockets handle.
+ * frames its sockets handle; `protocol` `"workpull"` makes it the scripted controller.
  */
-export async function batchedRawServer(recorder?: FrameRecorder): Promise<BatchedRawServer> {
+export async function batchedRawServer(
+  recorder?: FrameRecorder,
+  protocol: BatchedProtocol = "raw",
+): Promise<BatchedRawServer> {
+  const head = protocol === "workpull"
+    ? `{"type":"jobs","session":"${SESSION}","seq":`
+    : `{"type":"jobs","seq":`;
   const peers: Peer[] = [];
   let total = 0;
   let handedOut = 0;
@@ -63,7 +84,7 @@ export async function batchedRawServer(recorder?: FrameRecorder): Promise<Batche
   const fill = (peer: Peer): boolean => {
     const count = Math.min(peer.upTo - peer.sent, total - handedOut);
     if (count <= 0) return false;
-    let frame = `{"type":"jobs","seq":${peer.sent + 1},"jobs":[`;
+    let frame = `${head}${peer.sent + 1},"jobs":[`;
     for (let i = 0; i < count; i++) {
       handedOut += 1;
       frame += `${i === 0 ? "" : ","}{"id":"${crypto.randomUUID()}","payload":${
@@ -78,7 +99,32 @@ export async function batchedRawServer(recorder?: FrameRecorder): Promise<Batche
   };
   const onFrame = (peer: Peer, data: unknown) => {
     recorder?.record(peer.index, "in", (data as string).length);
-    const frame = JSON.parse(data as string) as { confirmed: number; upTo?: number };
+    const frame = JSON.parse(data as string) as {
+      type: string;
+      confirmed: number;
+      upTo?: number;
+      resend?: boolean;
+      nonce?: string;
+      features?: string[];
+    };
+    if (frame.type === "register") {
+      const features = frame.features?.includes("heard") ? ["heard"] : [];
+      const registered = {
+        type: "registered",
+        session: SESSION,
+        binding: `b${peer.index}`,
+        nextSeq: peer.confirmed + 1,
+        nonce: frame.nonce,
+        features,
+      };
+      peer.send(JSON.stringify(registered));
+      recorder?.record(peer.index, "done", 0);
+      return;
+    }
+    if (frame.resend && peer.sent > peer.confirmed) {
+      handedOut -= peer.sent - Math.max(peer.confirmed, frame.confirmed);
+      peer.sent = Math.max(peer.confirmed, frame.confirmed);
+    }
     if (frame.confirmed > peer.confirmed) {
       confirmed += frame.confirmed - peer.confirmed;
       peer.confirmed = frame.confirmed;
@@ -133,7 +179,10 @@ export async function batchedRawServer(recorder?: FrameRecorder): Promise<Batche
   }
   if (runtime === "deno") {
     const deno = Deno.serve({ port: 0, hostname: "127.0.0.1", onListen() {} }, (request) => {
-      const { socket, response } = Deno.upgradeWebSocket(request);
+      const { socket, response } = Deno.upgradeWebSocket(
+        request,
+        protocol === "workpull" ? { protocol: SUBPROTOCOL } : {},
+      );
       let peer: Peer | undefined;
       socket.onopen = () => peer = peerOf((text) => socket.send(text));
       socket.onmessage = (event) => onFrame(peer!, event.data);
@@ -151,7 +200,12 @@ export async function batchedRawServer(recorder?: FrameRecorder): Promise<Batche
     port: 0,
     hostname: "127.0.0.1",
     fetch: (request: Request, srv: { upgrade(request: Request, options: unknown): boolean }) =>
-      srv.upgrade(request, { data: {} }) ? undefined : new Response("upgrade", { status: 426 }),
+      srv.upgrade(request, {
+          data: {},
+          headers: protocol === "workpull" ? { "sec-websocket-protocol": SUBPROTOCOL } : undefined,
+        })
+        ? undefined
+        : new Response("upgrade", { status: 426 }),
     websocket: {
       open: (ws: BunSocket) => ws.data.peer = peerOf((text) => void ws.send(text)),
       message: (ws: BunSocket, message: string) => onFrame(ws.data.peer!, message),
@@ -220,5 +274,62 @@ export class BatchedRawSetup implements Setup {
   async close(): Promise<void> {
     await Promise.all(this.clients.map((client) => client.kill()));
     await withTimeout(this.server.close(), 10_000, "the batched raw server to close");
+  }
+}
+
+/**
+ * The scripted controller as a {@linkcode Setup}: the batched server here, speaking workpull's
+ * worker protocol, and real workpull worker processes (no-op handler). Nothing of the controller
+ * runs: what is left is the wire and workpull's worker side.
+ */
+export class ScriptedControllerSetup implements Setup {
+  readonly label: string;
+  readonly server: BatchedRawServer;
+  readonly workers: Child[];
+
+  private constructor(label: string, server: BatchedRawServer, workers: Child[]) {
+    this.label = label;
+    this.server = server;
+    this.workers = workers;
+  }
+
+  /** `topology.processes` worker processes of `topology.perProcess` endpoints each. */
+  static async start(topology: Topology, window: number): Promise<ScriptedControllerSetup> {
+    const server = await batchedRawServer(undefined, "workpull");
+    const workers: Child[] = [];
+    try {
+      for (let i = 0; i < topology.processes; i++) {
+        workers.push(
+          await spawnWorker(`scripted controller's worker ${i}`, {
+            mode: "workpull",
+            url: `ws://127.0.0.1:${server.port}/`,
+            name: `w${i}`,
+            concurrency: topology.perProcess,
+            window,
+          }),
+        );
+      }
+    } catch (error) {
+      await Promise.all(workers.map((worker) => worker.kill()));
+      await server.close();
+      throw error;
+    }
+    return new ScriptedControllerSetup(
+      `scripted controller ${topologyLabel(topology)}`,
+      server,
+      workers,
+    );
+  }
+
+  /** Hand out `jobs` jobs; jobs/s from the first frame to the last confirmation. */
+  async run(jobs: number): Promise<number> {
+    const started = now();
+    await withTimeout(this.server.run(jobs), 120_000, `${jobs} scripted confirmations`);
+    return jobs / ((now() - started) / 1000);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.workers.map((worker) => worker.kill()));
+    await withTimeout(this.server.close(), 10_000, "the scripted controller to close");
   }
 }

@@ -13,9 +13,12 @@
  * it does for a request: confirm, take the producer's next batch, dispatch, encode), and the gap
  * between one frame's handling and the next frame's arrival (a gap near zero: frames queued).
  * Both run 1,000,000 jobs (`WARMUP_JOBS`) unmeasured first, alternating: workpull is still
- * speeding up before that.
+ * speeding up before that. With `--scripted` a third system runs in the same rounds: workpull's
+ * worker processes against the scripted controller (`lib/batched_raw.ts` speaking workpull's
+ * protocol, with no pool, tables or producer), the rate workpull's worker side and the wire allow
+ * with a controller that costs nothing.
  *
- *   deno run -A bench/tools/round_trips.ts [jobs=100000] [rounds=3] [processes=4] [perProcess=1]
+ *   deno run -A bench/tools/round_trips.ts [jobs=100000] [rounds=3] [processes=4] [perProcess=1] [--scripted]
  *
  * The runtime is this process's, for the server and the worker processes alike (`bun
  * bench/tools/round_trips.ts …` measures Bun).
@@ -24,7 +27,7 @@
  */
 
 import process from "node:process";
-import { BatchedRawSetup } from "../lib/batched_raw.ts";
+import { BatchedRawSetup, ScriptedControllerSetup } from "../lib/batched_raw.ts";
 import { commandLine, numberArg } from "../lib/cli.ts";
 import { machineCpuTicks, MS_PER_TICK, processCpuTicks } from "../lib/machine_load.ts";
 import type { Child, Report } from "../lib/proc.ts";
@@ -34,8 +37,9 @@ import type { WorkPullingController } from "../../mod.ts";
 import { observeLinks } from "../lib/link_observer.ts";
 import { distribution } from "../lib/stats.ts";
 
-const { positionals } = commandLine({
-  usage: "deno run -A bench/tools/round_trips.ts [jobs] [rounds] [processes] [perProcess]",
+const { positionals, values } = commandLine({
+  usage:
+    "deno run -A bench/tools/round_trips.ts [jobs] [rounds] [processes] [perProcess] [--scripted]",
   summary:
     "Round trips and holds seen by the worker processes, workpull beside the batched raw WebSocket limit.",
   positionals: [
@@ -44,8 +48,15 @@ const { positionals } = commandLine({
     { name: "processes", help: "worker processes (default 4)" },
     { name: "perProcess", help: "sockets per worker process (default 1)" },
   ],
-  flags: {},
+  flags: {
+    scripted: {
+      kind: "switch",
+      help:
+        "also workpull's worker processes against the scripted controller (the batched server speaking workpull's protocol: no controller)",
+    },
+  },
 });
+const scriptedToo = values.scripted === true;
 const jobs = numberArg("jobs", positionals[0], 100_000);
 const rounds = numberArg("rounds", positionals[1], 3);
 const topology = {
@@ -158,14 +169,21 @@ const batched = await BatchedRawSetup.start(topology, WINDOW).catch(async (error
   await workpull.close();
   throw error;
 });
+const scripted = scriptedToo
+  ? await ScriptedControllerSetup.start(topology, WINDOW).catch(async (error) => {
+    await Promise.all([workpull.close(), batched.close()]);
+    throw error;
+  })
+  : undefined;
 try {
-  await warmUp([batched, workpull], jobs);
+  await warmUp(scripted ? [batched, workpull, scripted] : [batched, workpull], jobs);
   for (let i = 1; i <= rounds; i++) {
     console.log(`round ${i}/${rounds}`);
     await round("batched raw", batched, batched.clients);
     await round("workpull", workpull, workpull.workers);
+    if (scripted) await round("scripted", scripted, scripted.workers);
   }
 } finally {
-  await Promise.all([workpull.close(), batched.close()]);
+  await Promise.all([workpull.close(), batched.close(), scripted?.close()]);
 }
 process.exit(0);

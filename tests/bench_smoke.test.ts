@@ -166,7 +166,11 @@ test("the scripted controller runs real workpull worker processes through every 
     assert.equal(setup.server.sockets, 4, "every endpoint registered over its own socket");
     for (let round = 1; round <= 2; round++) {
       assert.ok(await setup.run(JOBS) > 0);
-      assert.equal(setup.server.confirmed, round * JOBS, "every job confirmed, none twice");
+      assert.equal(
+        setup.server.confirmed,
+        round * JOBS,
+        "the confirmed sequences add up to every job handed out",
+      );
     }
   } finally {
     await setup.close();

@@ -62,6 +62,12 @@ interface Peer {
   confirmed: number;
 }
 
+/** What both protocols' worker frames tell the server: a cumulative confirmation, and demand. */
+interface BatchedFrame {
+  confirmed: number;
+  upTo?: number;
+}
+
 /**
  * Start the batched baseline server on 127.0.0.1, a free port; `recorder` (a tool's) notes the
  * frames its sockets handle; `protocol` `"workpull"` makes it the scripted controller.
@@ -97,12 +103,27 @@ export async function batchedRawServer(
     peer.sent += count;
     return true;
   };
-  const onFrame = (peer: Peer, data: unknown) => {
+  /** Take `frame`'s confirmation and demand, and answer: the granted jobs, or a `heard`. */
+  const confirmAndFill = (peer: Peer, frame: BatchedFrame) => {
+    if (frame.confirmed > peer.confirmed) {
+      confirmed += frame.confirmed - peer.confirmed;
+      peer.confirmed = frame.confirmed;
+    }
+    if (frame.upTo !== undefined && frame.upTo > peer.upTo) peer.upTo = frame.upTo;
+    if (!fill(peer)) peer.send(HEARD); // no job to answer with (see HEARD)
+    if (confirmed >= target) finish?.();
+  };
+  /** The batched limit: every frame is a confirmation with demand. */
+  const onRawFrame = (peer: Peer, data: unknown) => {
     recorder?.record(peer.index, "in", (data as string).length);
-    const frame = JSON.parse(data as string) as {
+    confirmAndFill(peer, JSON.parse(data as string));
+    recorder?.record(peer.index, "done", 0);
+  };
+  /** The scripted controller: a registration too, and a `resend` takes back the unconfirmed. */
+  const onWorkpullFrame = (peer: Peer, data: unknown) => {
+    recorder?.record(peer.index, "in", (data as string).length);
+    const frame = JSON.parse(data as string) as BatchedFrame & {
       type: string;
-      confirmed: number;
-      upTo?: number;
       resend?: boolean;
       nonce?: string;
       features?: string[];
@@ -118,22 +139,16 @@ export async function batchedRawServer(
         features,
       };
       peer.send(JSON.stringify(registered));
-      recorder?.record(peer.index, "done", 0);
-      return;
+    } else {
+      if (frame.resend && peer.sent > peer.confirmed) {
+        handedOut -= peer.sent - Math.max(peer.confirmed, frame.confirmed);
+        peer.sent = Math.max(peer.confirmed, frame.confirmed);
+      }
+      confirmAndFill(peer, frame);
     }
-    if (frame.resend && peer.sent > peer.confirmed) {
-      handedOut -= peer.sent - Math.max(peer.confirmed, frame.confirmed);
-      peer.sent = Math.max(peer.confirmed, frame.confirmed);
-    }
-    if (frame.confirmed > peer.confirmed) {
-      confirmed += frame.confirmed - peer.confirmed;
-      peer.confirmed = frame.confirmed;
-    }
-    if (frame.upTo !== undefined && frame.upTo > peer.upTo) peer.upTo = frame.upTo;
-    if (!fill(peer)) peer.send(HEARD); // no job to answer with (see HEARD)
-    if (confirmed >= target) finish?.();
     recorder?.record(peer.index, "done", 0);
   };
+  const onFrame = protocol === "workpull" ? onWorkpullFrame : onRawFrame;
   const run = (jobs: number) =>
     new Promise<void>((resolve) => {
       total = jobs;

@@ -72,7 +72,12 @@ test("a browser tab joins the pool with its token in the subprotocol list", {
     "--disable-quic",
     `--user-data-dir=${join(dir, "profile")}`,
     `file://${page}#${encodeURIComponent(JSON.stringify(config))}`,
-  ], { detached: true, stdio: "ignore" });
+  ], {
+    detached: true,
+    stdio: "ignore",
+    // Chromium puts its singleton socket in a directory of TMPDIR; killed, it cannot remove it.
+    env: { ...process.env, TMPDIR: dir },
+  });
   const exited = new Promise((resolve) => browser.on("exit", resolve));
   try {
     await waitFor(

@@ -36,10 +36,9 @@
 import type { TimerHandle } from "../core/clock.ts";
 import { Deque } from "../core/deque.ts";
 import { JobPool } from "./job_pool.ts";
-import { hashIds, hasRepeats, IdTable } from "../core/id_table.ts";
+import { IdTable } from "../core/id_table.ts";
 import { RecentMap } from "../core/recent_map.ts";
-import { JsonText } from "../protocol/json_text.ts";
-import { StoredBatch } from "../protocol/stored_batch.ts";
+import { jsonTextOf } from "../protocol/json_text.ts";
 import { SafeEventTarget } from "../core/safe_event_target.ts";
 import {
   type DecodeFailure,
@@ -59,18 +58,13 @@ import {
   type RegisterFrame,
   type ReleaseFrame,
   type RequestFrame,
-  type RequestNext,
-  type Stored,
-  StoredAckSchema,
   UNBOUND_REASONS,
   type WorkerFrame,
 } from "../protocol/schemas.ts";
-import type { BatchStoreJob, StoreResult, WorkQueueState } from "../queue/work_queue.ts";
+import type { WorkQueueState } from "../queue/work_queue.ts";
 import { CloseCode, type Link, type LinkReceiver } from "../transport/link.ts";
-import * as v from "valibot";
 import { Binding, type Job, newJob } from "./binding.ts";
 import { DurableLane, type LaneUnit, runWithRetry, type UnitOutcome } from "./durable_lane.ts";
-import { utf8Length } from "../core/utf8.ts";
 import {
   type ControllerEventMap,
   ControllerRestartedEvent,
@@ -89,8 +83,8 @@ import {
   type ResolvedControllerOptions,
   type WorkPullingControllerOptions,
 } from "./options.ts";
-import type { ProducerEndpoint, ProducerPort } from "./producer_contract.ts";
-import { type ProducedTries, readProduced } from "./produced_reader.ts";
+import type { ProducerPort } from "./producer_contract.ts";
+import { ProducerHandshake } from "./producer_handshake.ts";
 import { HEARD_FRAME, HeardReplies } from "./heard_replies.ts";
 import { RoundRobin } from "./round_robin.ts";
 import type { JobOutcome } from "../lifecycle/job_record.ts";
@@ -177,47 +171,6 @@ export interface ControllerStats {
   };
 }
 
-type Handshake =
-  | { readonly phase: "idle" }
-  | { readonly phase: "credit"; readonly request: RequestNext }
-  | {
-    readonly phase: "store";
-    readonly token: string;
-    readonly ids: readonly string[];
-    /** The MessageIDs' `hashId`, by position. */
-    readonly hashes: Int32Array;
-    /** Every MessageID goes into JSON text as it is (see `EncodedJob.plainId`). */
-    readonly plainIds: boolean;
-    /** The jobs' tries as produced, by position; undefined when no job carries one. */
-    readonly tries: readonly (ProducedTries | undefined)[] | undefined;
-    /** Their payloads' JSON text, by position. */
-    readonly texts: readonly string[];
-    /**
-     * Results known without a store (jobs held or completed recently), by position; undefined
-     * when none is known.
-     */
-    readonly known: readonly (StoreResult | undefined)[] | undefined;
-  }
-  | {
-    readonly phase: "stored-ack";
-    readonly token: string;
-    readonly ids: readonly string[];
-    readonly stored: Stored;
-    /** The jobs to accept into the pool (not those held or completed recently), in order. */
-    readonly accept: readonly Job[];
-    /**
-     * The MessageIDs whose Accept the queue must write (not those it accepted at the store); none
-     * without a durable queue.
-     */
-    readonly unaccepted: readonly string[];
-  }
-  | {
-    readonly phase: "accept";
-    readonly token: string;
-    readonly ids: readonly string[];
-    readonly accept: readonly Job[];
-  };
-
 /** The controller's view of one attached link. */
 interface Connection {
   readonly link: Link;
@@ -229,7 +182,6 @@ interface Connection {
   features: ReadonlySet<string>;
 }
 
-const IDLE: Handshake = { phase: "idle" };
 const CANCELLED: JobOutcome = Object.freeze({ kind: "cancelled" });
 /** A progress value larger than this (characters of JSON) is dropped. */
 const MAX_PROGRESS_CHARS = 4096;
@@ -293,8 +245,6 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
 
   // The pool and the bindings.
   readonly #pending = new JobPool();
-  /** Mean payload characters of the latest accepted batch: what a job taken ahead may weigh. */
-  #batchPayloadChars = 0;
   /** Every job in the pool or unconfirmed at a binding, by MessageID. */
   readonly #owned = new IdTable<Job>();
   readonly #bindings = new Map<string, Binding>();
@@ -308,10 +258,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   #bindingCounter = 0;
 
   // The producer handshake and the durable lane.
-  #handshake: Handshake = IDLE;
-  #lastCompleted: { token: string; ids: readonly string[] } | undefined;
-  #tokenCounter = 0;
-  #storeSeq = 0;
+  readonly #handshake: ProducerHandshake;
   readonly #lane: DurableLane | undefined;
   #laneDue = false;
 
@@ -355,9 +302,31 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
         clock,
       );
     }
+    // The handshake reaches the controller's tables only through this host.
+    this.#handshake = new ProducerHandshake(
+      {
+        producer: this.#options.producer,
+        logger: this.#options.logger,
+        maxPayloadBytes: this.#options.maxPayloadBytes,
+        maxSeq: MAX_SEQ,
+      },
+      {
+        session: () => this.#session,
+        running: () => this.#state === "running",
+        lane: this.#lane,
+        held: (messageId, hash) => this.#owned.get(messageId, hash),
+        completedSeq: (messageId, hash) => this.#completed.get(messageId, hash),
+        countStored: (count) => void (this.#totals.stored += count),
+        accept: (jobs) => this.#accept(jobs),
+        progress: () => this.#progress(),
+        pumpLane: () => this.#pumpLane(),
+        fail: (error) => this.#fail("protocol", error),
+      },
+    );
+    const handshake = this.#handshake;
     const port: ProducerPort = {
-      produced: (message) => this.#post(() => this.#onProduced(message)),
-      storedAck: (message) => this.#post(() => this.#onStoredAck(message)),
+      produced: (message) => this.#post(() => handshake.onProduced(message)),
+      storedAck: (message) => this.#post(() => handshake.onStoredAck(message)),
       maxPayloadBytes: this.#options.maxPayloadBytes,
       deliveryConfirmation: this.#options.deliveryConfirmation,
     };
@@ -607,7 +576,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   #restore(epoch: number, state: WorkQueueState) {
     const { currentSeq, unconfirmed, recentlyCompleted } = state;
     this.#lane!.reset(epoch);
-    this.#storeSeq = currentSeq;
+    this.#handshake.reset(currentSeq);
     // Recent completions the queue kept: a resubmission of one keeps its sequence and does not
     // run again, across a restart too.
     for (const { messageId, seq } of recentlyCompleted ?? []) this.#completed.set(messageId, seq);
@@ -631,9 +600,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     this.#pending.clear();
     this.#owned.clear();
     this.#dirty.clear();
-    this.#handshake = IDLE;
-    this.#lastCompleted = undefined;
-    this.#storeSeq = 0;
+    this.#handshake.reset();
     this.#lane?.reset(0);
   }
 
@@ -667,9 +634,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
 
   /** Retransmit the open handshake step; end silent links and bindings that stopped confirming. */
   #onTick(): void {
-    const handshake = this.#handshake;
-    if (handshake.phase === "credit") this.#tellProducer((p) => p.onRequestNext(handshake.request));
-    if (handshake.phase === "stored-ack") this.#tellProducer((p) => p.onStored(handshake.stored));
+    this.#handshake.remind();
     const now = this.#options.clock.now();
     for (const connection of [...this.#connections]) {
       const interval = connection.binding?.resendInterval ?? UNREGISTERED_INTERVAL;
@@ -1021,7 +986,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
       }
       if (this.#options.deliveryConfirmation) {
         const notice = { session: this.#session, messageId: job.messageId, seq: job.storeSeq };
-        this.#tellProducer((p) => p.onDeliveryConfirmed?.(notice));
+        this.#handshake.tell((p) => p.onDeliveryConfirmed?.(notice));
       }
     }
     if (this.#lane) {
@@ -1057,7 +1022,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     }
     const worker = binding.worker;
     if (frame.type === "done") {
-      const result = encodePayload(frame.result);
+      const result = jsonTextOf(frame.result);
       this.#confirm(binding, frame.seq, { kind: "completed", worker, result });
     } else {
       this.#confirm(binding, frame.seq - 1);
@@ -1072,7 +1037,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     if (!binding || !connection.features.has("outcomes")) return;
     const job = binding.jobAt(frame.seq);
     if (!job) return;
-    const text = encodePayload(frame.value);
+    const text = jsonTextOf(frame.value);
     if (text === undefined || text.length > MAX_PROGRESS_CHARS) return; // too large: dropped
     this.dispatchEvent(new ProgressEvent(job.messageId, binding.worker, frame.value));
   }
@@ -1251,7 +1216,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   }
 
   #openCredit(): void {
-    if (this.#handshake.phase !== "idle") return;
+    if (!this.#handshake.idle) return;
     let room = 0;
     let connected = false;
     for (const binding of this.#rotation.members) {
@@ -1262,13 +1227,7 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     // Lookahead jobs wait in the pool for the next request; with no worker, the producer keeps them.
     if (connected) room += this.#lookaheadJobs();
     if (room <= this.#pending.length) return;
-    const request: RequestNext = {
-      session: this.#session,
-      token: `t${++this.#tokenCounter}`,
-      maxJobs: Math.min(room - this.#pending.length, this.#options.maxBatch),
-    };
-    this.#handshake = { phase: "credit", request };
-    this.#tellProducer((p) => p.onRequestNext(request));
+    this.#handshake.ask(Math.min(room - this.#pending.length, this.#options.maxBatch));
   }
 
   /**
@@ -1278,219 +1237,19 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
   #lookaheadJobs(): number {
     const { lookahead, lookaheadBytes } = this.#options;
     const spare = lookaheadBytes - this.#pending.chars;
-    if (lookahead === 0 || spare <= 0 || this.#batchPayloadChars === 0) return 0;
-    return Math.min(lookahead, Math.ceil(spare / this.#batchPayloadChars));
+    const payloadChars = this.#handshake.payloadChars;
+    if (lookahead === 0 || spare <= 0 || payloadChars === 0) return 0;
+    return Math.min(lookahead, Math.ceil(spare / payloadChars));
   }
 
   // ------------------------------------------------------------------------------------------
-  // The producer handshake
+  // The producer handshake (producer_handshake.ts)
 
-  /** Call the producer; its exceptions are its own and must not break the controller. */
-  #tellProducer(call: (producer: ProducerEndpoint) => void): void {
-    try {
-      call(this.#options.producer);
-    } catch (error) {
-      this.#options.logger.error(
-        "the producer threw while handling a controller message",
-        error,
-      );
-    }
-  }
-
-  #onProduced(raw: unknown): void {
-    if (this.#state !== "running") return;
-    const message = readProduced(raw);
-    if (!message.ok) {
-      return this.#fail("protocol", new TypeError(`invalid Produced: ${message.message}`));
-    }
-    if (message.session !== this.#session) return; // an earlier session's answer
-    const { ids, payloads, encoded, tries } = message;
-    const handshake = this.#handshake;
-    if (
-      (handshake.phase === "store" || handshake.phase === "stored-ack" ||
-        handshake.phase === "accept") &&
-      handshake.token === message.token && sameIds(handshake.ids, ids)
-    ) return; // an exact duplicate of the answer in progress
-    const last = this.#lastCompleted;
-    if (last && last.token === message.token && sameIds(last.ids, ids)) return; // a late duplicate
-    if (handshake.phase !== "credit") {
-      return this.#fail("protocol", new Error(`unexpected Produced in phase ${handshake.phase}`));
-    }
-    if (handshake.request.token !== message.token) {
-      return this.#fail("protocol", new Error("Produced token mismatch"));
-    }
-    if (ids.length > handshake.request.maxJobs) {
-      return this.#fail(
-        "protocol",
-        new RangeError(
-          `Produced carries ${ids.length} jobs; the grant allowed ${handshake.request.maxJobs}`,
-        ),
-      );
-    }
-    // Every table the jobs pass through takes this hash of their MessageIDs (see IdTable).
-    const hashes = new Int32Array(ids.length);
-    const plainIds = hashIds(ids, hashes);
-    if (hasRepeats(ids, hashes)) {
-      return this.#fail("protocol", new Error("Produced repeats a MessageID"));
-    }
-    const maxPayloadBytes = this.#options.maxPayloadBytes;
-    const texts: string[] = new Array(ids.length);
-    for (let i = 0; i < ids.length; i++) {
-      const payload = encoded ? payloads[i] as string : encodePayload(payloads[i]);
-      if (payload === undefined) {
-        return this.#fail(
-          "protocol",
-          new TypeError(`the payload of ${ids[i]} is not JSON-serializable`),
-        );
-      }
-      // A UTF-16 unit takes at most 3 UTF-8 bytes: count exactly only when it could matter.
-      if (payload.length * 3 > maxPayloadBytes && utf8Length(payload) > maxPayloadBytes) {
-        return this.#fail(
-          "protocol",
-          new RangeError(`the payload of ${ids[i]} exceeds ${maxPayloadBytes} bytes`),
-        );
-      }
-      texts[i] = payload;
-    }
-    // A job the controller holds (in the pool or at a worker: stored and accepted already) or
-    // completed recently keeps its sequence and is neither stored, accepted nor dispatched again.
-    // Skipping the queue for it also avoids accepting a job that is confirmed (and compacted)
-    // while this handshake runs.
-    let known: (StoreResult | undefined)[] | undefined;
-    let fresh = ids.length;
-    for (let i = 0; i < ids.length; i++) {
-      const messageId = ids[i];
-      const seq = this.#completed.get(messageId, hashes[i]);
-      const owned = seq === undefined ? this.#owned.get(messageId, hashes[i]) : undefined;
-      if (seq === undefined && !owned) continue;
-      known ??= new Array(ids.length);
-      known[i] = owned
-        ? { seq: owned.storeSeq, alreadyStored: true, payload: owned.payload }
-        : { seq: seq!, alreadyStored: true, payload: texts[i] };
-      fresh -= 1;
-    }
-    this.#handshake = {
-      phase: "store",
-      token: message.token,
-      ids,
-      hashes,
-      plainIds,
-      tries,
-      texts,
-      known,
-    };
-    if (this.#lane && fresh > 0) {
-      const unknown: BatchStoreJob[] = [];
-      for (let i = 0; i < ids.length; i++) {
-        if (!known?.[i]) unknown.push({ messageId: ids[i], payload: texts[i] });
-      }
-      this.#lane.store(unknown, this.#storeSeq);
-      this.#pumpLane();
-      return;
-    }
-    if (this.#storeSeq > MAX_SEQ - fresh) {
-      return this.#fail("protocol", new RangeError("store sequence space exhausted"));
-    }
-    this.#completeStore(undefined);
-  }
-
-  /**
-   * `results` are the store results of the jobs not known in advance, in order; without a
-   * durable queue (undefined) those jobs take the next store sequences and keep their text.
-   */
-  #completeStore(results: readonly StoreResult[] | undefined): void {
-    const handshake = this.#handshake;
-    if (handshake.phase !== "store") return;
-    const { known, ids, hashes, plainIds, tries, texts } = handshake;
-    const accept: Job[] = [];
-    const unaccepted: string[] = [];
-    const seqs: number[] = new Array(ids.length);
-    let next = 0;
-    for (let i = 0; i < ids.length; i++) {
-      const messageId = ids[i];
-      const held = known?.[i];
-      if (held) {
-        seqs[i] = held.seq;
-        continue;
-      }
-      let seq: number;
-      let payload: string;
-      if (results) {
-        const result = results[next++];
-        seq = result.seq;
-        payload = result.payload;
-        if (!result.alreadyStored) this.#totals.stored += 1;
-        if (result.accepted !== true) unaccepted.push(messageId);
-      } else {
-        seq = ++this.#storeSeq;
-        payload = texts[i];
-        this.#totals.stored += 1;
-      }
-      const tried = tries?.[i];
-      accept.push(
-        newJob(
-          messageId,
-          seq,
-          payload,
-          tried?.attempt,
-          tried?.timeout,
-          tried?.lost,
-          hashes[i],
-          plainIds,
-        ),
-      );
-      seqs[i] = seq;
-    }
-    const stored = new StoredBatch(this.#session, handshake.token, ids, seqs);
-    this.#handshake = {
-      phase: "stored-ack",
-      token: handshake.token,
-      ids: handshake.ids,
-      stored,
-      accept,
-      unaccepted,
-    };
-    this.#tellProducer((p) => p.onStored(stored));
-  }
-
-  #onStoredAck(raw: unknown): void {
-    if (this.#state !== "running") return;
-    const parsed = v.safeParse(StoredAckSchema, raw);
-    if (!parsed.success) {
-      return this.#fail(
-        "protocol",
-        new TypeError(`invalid StoredAck: ${parsed.issues[0].message}`),
-      );
-    }
-    const { session, token } = parsed.output;
-    if (session !== this.#session) return;
-    const handshake = this.#handshake;
-    if (handshake.phase === "stored-ack" && handshake.token === token) {
-      const { ids, accept, unaccepted } = handshake;
-      this.#handshake = { phase: "accept", token, ids, accept };
-      if (this.#lane && unaccepted.length > 0) {
-        this.#lane.accept(unaccepted);
-        this.#pumpLane();
-      } else {
-        this.#completeAccept();
-      }
-      return;
-    }
-    if (handshake.phase === "accept" && handshake.token === token) return;
-    if (this.#lastCompleted?.token === token) return;
-    this.#fail("protocol", new Error(`unexpected StoredAck in phase ${handshake.phase}`));
-  }
-
-  #completeAccept(): void {
-    const handshake = this.#handshake;
-    if (handshake.phase !== "accept") return;
-    // `accept` leaves out the jobs the controller held or completed recently at Produced time,
-    // and nothing else enters `#owned` while a handshake runs (only its own accept does): a
-    // resubmission is never dispatched twice.
+  /** A handshake's jobs, accepted: into the pool, unless cancelled before they arrived. */
+  #accept(jobs: readonly Job[]): void {
     const cancels = this.#options.outcomes && this.#cancelRequests.size > 0;
-    let chars = 0;
-    for (const job of handshake.accept) {
-      chars += job.payload.length;
+    for (let i = 0; i < jobs.length; i++) {
+      const job = jobs[i];
       if (cancels && this.#cancelRequests.has(job.messageId, job.hash)) {
         this.#cancelRequests.delete(job.messageId, job.hash);
         this.#lane!.confirmWith(job.messageId, CANCELLED);
@@ -1501,14 +1260,6 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
       this.#pending.pushBack(job);
       this.#totals.accepted += 1;
     }
-    if (handshake.accept.length > 0) {
-      this.#batchPayloadChars = Math.max(1, chars / handshake.accept.length);
-    }
-    this.#lastCompleted = { token: handshake.token, ids: handshake.ids };
-    this.#handshake = IDLE;
-    const accepted = { session: this.#session, token: handshake.token };
-    this.#tellProducer((p) => p.onAccepted?.(accepted));
-    this.#progress();
   }
 
   // ------------------------------------------------------------------------------------------
@@ -1538,31 +1289,16 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
     const progress = this.#lane!.complete(unit, outcome);
     switch (progress.kind) {
       case "stored":
-        this.#storeSeq = progress.cursor;
-        this.#completeStore(progress.results);
+        this.#handshake.onLaneStored(progress.cursor, progress.results);
         break;
       case "accepted":
-        this.#completeAccept();
+        this.#handshake.onLaneAccepted();
         break;
       case "failed":
         if (progress.terminal) return this.#fail(progress.stage, progress.error);
         return this.#restart(progress.error);
     }
     this.#pumpLane();
-  }
-}
-
-function sameIds(a: readonly string[], b: readonly string[]): boolean {
-  return a.length === b.length && a.every((id, i) => id === b[i]);
-}
-
-/** JSON text of a payload, or undefined when it has none (undefined, a function, a cycle). */
-function encodePayload(payload: unknown): string | undefined {
-  if (payload instanceof JsonText) return payload.text; // encoded once, by the producer
-  try {
-    return JSON.stringify(payload) ?? undefined;
-  } catch {
-    return undefined;
   }
 }
 

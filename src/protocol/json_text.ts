@@ -73,3 +73,24 @@ export class JsonText {
     return JSON.parse(this.text);
   }
 }
+
+/**
+ * The JSON text of `value` (a {@linkcode JsonText}'s own text, encoded once already), or undefined
+ * when it has none (undefined, a function, a cycle, a BigInt): for code that must not throw.
+ *
+ * @example
+ * ```ts
+ * import { JsonText, jsonTextOf } from "./json_text.ts";
+ * console.assert(jsonTextOf({ n: 1 }) === '{"n":1}');
+ * console.assert(jsonTextOf(JsonText.encode([1])) === "[1]");
+ * console.assert(jsonTextOf(() => 1) === undefined);
+ * ```
+ */
+export function jsonTextOf(value: unknown): string | undefined {
+  if (value instanceof JsonText) return value.text;
+  try {
+    return JSON.stringify(value) ?? undefined;
+  } catch {
+    return undefined;
+  }
+}

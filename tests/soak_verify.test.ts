@@ -549,7 +549,8 @@ test("a worker resumed before its stopped instance runs what it held: the instan
  * SIGKILLs that may cut a stall short: w1 (pid 501) finishes j1 at 1,010 and records nothing more
  * before it is SIGKILLed at 1,040 — its event loop may have been stalled all that time, and a
  * stall is recorded only once it is over. w3 (pid 503) finishes j2 at 1,010 and starts j3 at
- * 1,030, so it was running 20 ms after j2 without confirming it, and is SIGKILLed at 1,040 too.
+ * 1,035, so it was running 25 ms after j2 without confirming it (more than the ack delay and a
+ * hold-up too short to record together), and is SIGKILLed at 1,040 too.
  * w2 runs all three again.
  */
 function writeKilledDuringStallStory(j: Journals): void {
@@ -558,7 +559,7 @@ function writeKilledDuringStallStory(j: Journals): void {
   j.attach("w3", 503, 200, "s1", "b2");
   j.run("w1", 501, "w1", "b1", 1, 1000, 1010, 1);
   j.run("w3", 503, "w3", "b2", 2, 1000, 1010, 1);
-  j.run("w3", 503, "w3", "b2", 3, 1030, undefined, 2);
+  j.run("w3", 503, "w3", "b2", 3, 1035, undefined, 2);
   j.soak({ ev: "fault", kind: "worker-kill", target: "w1", pid: 501, t: 1040 });
   j.soak({ ev: "fault", kind: "worker-kill", target: "w3", pid: 503, t: 1040 });
   j.exit("worker", "w1", 501, 1045);
@@ -584,6 +585,45 @@ test("a SIGKILL excuses a held confirmation only while the worker was not seen r
     summary.avoidable.examples[0].diagnosis,
     /held its confirmation at a fault of its worker/,
   );
+});
+
+/**
+ * Hold-ups the stall detector cannot see exactly (found in an 8-minute soak: a confirmation sent
+ * 28 ms after its job, 11 ms of it recorded as a stall). w1 (pid 501) finishes j1 at 1,000 and
+ * writes a record at 1,015, still holding the confirmation: 15 ms, 5 more than the ack delay and
+ * no stall recorded (a block shorter than a tick plus the threshold leaves no record). w3 (pid 503)
+ * finishes j2 at 1,000, records a stall of 10 ms at 1,030 (its timers were held up since 1,015 at
+ * the earliest: the block began after the tick before the late one) and starts j3 at 1,033: 33 ms,
+ * of which up to 15 stalled. Both are SIGKILLed at 1,040; w2 runs them again.
+ */
+function writeUnrecordedHoldUpStory(j: Journals): void {
+  startSharedStory(j, 2, 3);
+  j.spawn("worker", "w3", 503, 50);
+  j.attach("w3", 503, 200, "s1", "b2");
+  j.run("w1", 501, "w1", "b1", 1, 990, 1000, 1);
+  j.worker("w1", 501, { ev: "sent", ep: "w1", c: 0, t: 1015 });
+  j.run("w3", 503, "w3", "b2", 2, 990, 1000, 1);
+  j.worker("w3", 503, { ev: "stall", ms: 10, t: 1030 });
+  j.run("w3", 503, "w3", "b2", 3, 1033, undefined, 2);
+  j.soak({ ev: "fault", kind: "worker-kill", target: "w1", pid: 501, t: 1040 });
+  j.soak({ ev: "fault", kind: "worker-kill", target: "w3", pid: 503, t: 1040 });
+  j.exit("worker", "w1", 501, 1045);
+  j.exit("worker", "w3", 503, 1045);
+  j.run("w2", 502, "w2", "b1", 1, 1200, 1210);
+  j.run("w2", 502, "w2", "b1", 2, 1210, 1220);
+  j.run("w2", 502, "w2", "b1", 3, 1220, 1230);
+}
+
+test("a hold-up too short to record, and a stall's unseen start, extend the ack delay", () => {
+  const summary = verifyStory(writeUnrecordedHoldUpStory, 2);
+  const { byFault: _, ...causes } = summary.duplicates;
+  assert.deepEqual(causes, {
+    total: 3,
+    running: 1, // j3: running at w3's kill
+    "ack-delay": 2, // j1: 15 ms, within 10 + 8 unrecorded; j2: 33 ms, within 10 + 8 + 15 stalled
+    "unconfirmed-at-controller-kill": 0,
+    avoidable: 0,
+  });
 });
 
 /**

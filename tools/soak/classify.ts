@@ -18,7 +18,8 @@
  *
  * **ack-delay** — the confirmation had not reached the controller when F came: the handler
  * finished less than the ack delay (`--ack-delay`, default 10 ms) before F (a worker may hold a
- * confirmation that long; time its event loop was stalled, as it records, does not count, and F
+ * confirmation that long; time its event loop was stalled, as it records, does not count, nor
+ * does one hold-up too short for its stall detector to record ({@linkcode UNRECORDED_STALL_MS}), and F
  * being a SIGKILL, neither does the time after the worker's last record: a stall in progress is
  * recorded only once it is over), or, F being a TCP cut, the worker sent it less than
  * `TRANSIT_MS` before (the cut dropped it on its way).
@@ -65,13 +66,19 @@
 
 import type { Acknowledgements, Commit, Evidence } from "./evidence.ts";
 import { batchOf } from "./evidence.ts";
-import type { FaultRecord } from "./records.ts";
+import { type FaultRecord, STALL_MIN_LATE_MS, STALL_TICK_MS } from "./records.ts";
 import type { Endpoint, Runs } from "./runs.ts";
 
 /** Clock differences between the soak's processes, ms. */
 export const CLOCK_SLACK_MS = 2;
 /** How long a confirmation may still be on its way through the proxy when a cut drops it, ms. */
 export const TRANSIT_MS = 50;
+/**
+ * The longest hold-up of a worker's timers that its stall detector does not record, ms: a block
+ * that starts just after a tick delays the next by its length less one tick, and a delay below
+ * the threshold is not journaled.
+ */
+export const UNRECORDED_STALL_MS = STALL_TICK_MS + STALL_MIN_LATE_MS;
 /** An endpoint notices a fault's disconnection within this long (after its SIGCONT), ms. */
 export const NOTICE_WINDOW_MS = 1000;
 /** The controller may end a stopped worker's binding this long after its SIGCONT, ms. */
@@ -292,7 +299,7 @@ export class Classifier {
       const ran = fault.kind === "worker-kill" && !stop && !(sent !== undefined && sent <= t)
         ? Math.max(end, runs.lastSeen(endpoint.pid, t) ?? end)
         : last;
-      const held = ackDelay + runs.stalled(endpoint.pid, end, ran);
+      const held = ackDelay + UNRECORDED_STALL_MS + runs.stalled(endpoint.pid, end, ran);
       if (end >= ran - held - S && end < last - S) return consider("ack-delay", fault, at);
       if (cut) {
         if (sent !== undefined && sent >= t - TRANSIT_MS && sent < t + S) {

@@ -153,6 +153,14 @@ export type ProducerRecord =
   | { ev: "ack"; from: number; to: number; t: number }
   | { ev: "retry"; from: number; to: number; why: string; t: number };
 
+/**
+ * A worker process's stall detector ticks this often, ms: a tick that comes late shows that the
+ * process's timers could not run.
+ */
+export const STALL_TICK_MS = 5;
+/** A tick at least this late is journaled as a `stall`, ms (smaller delays are timer jitter). */
+export const STALL_MIN_LATE_MS = 3;
+
 /** A worker process's journal. `ep` is the endpoint name (`w2` or `w2#3`). */
 export type WorkerRecord =
   | {
@@ -175,7 +183,11 @@ export type WorkerRecord =
   | { ev: "told"; ep: string; pid: number; what: "unbound" | "reset"; t: number }
   /** The endpoint's registration was refused and it stopped for good. */
   | { ev: "refused"; ep: string; pid: number; error: string; t: number }
-  /** The process's timers could not run for `ms` before `t` (its event loop was held up). */
+  /**
+   * A tick of the stall detector came `ms` late at `t`: the process's timers could not run for at
+   * least `ms` and at most `ms` + {@linkcode STALL_TICK_MS} before `t` (its event loop was held up,
+   * starting at some time after the tick before).
+   */
   | { ev: "stall"; pid: number; ms: number; t: number };
 
 /** Where the journals of a soak live. */

@@ -16,7 +16,7 @@
 import { basename } from "node:path";
 import { journals } from "./evidence.ts";
 import { readJournal } from "./journal.ts";
-import { jobNumber, type SoakPaths } from "./records.ts";
+import { jobNumber, type SoakPaths, STALL_TICK_MS } from "./records.ts";
 
 /** One endpoint name in one worker process, with its timeline. */
 export interface Endpoint {
@@ -268,8 +268,11 @@ export class Runs {
           this.refused += 1;
           break;
         case "stall": {
+          // The held-up time began at most one tick before the late tick was due, and not
+          // before the stall recorded last ended.
           const list = this.#stalls.get(pid) ?? [];
-          list.push(t - (r.ms as number), t);
+          const from = t - (r.ms as number) - STALL_TICK_MS;
+          list.push(Math.max(from, list.length > 0 ? list[list.length - 1] : from), t);
           this.#stalls.set(pid, list);
           break;
         }

@@ -29,7 +29,7 @@ import { connectWorker, type Delivery } from "../../client.ts";
 import { Journal, wallClock } from "./journal.ts";
 import { announce, type ChildBase, childConfig } from "./lifeline.ts";
 import { handlerDelay } from "./random.ts";
-import type { Runtime } from "./records.ts";
+import { type Runtime, STALL_MIN_LATE_MS, STALL_TICK_MS } from "./records.ts";
 
 /** The configuration of a worker process. */
 export interface WorkerConfig extends ChildBase {
@@ -158,19 +158,18 @@ for (const endpoint of connection.endpoints) {
   });
 }
 
-// Event-loop stalls (the machine busy elsewhere, a long collection, a SIGSTOP): a 5 ms tick that
-// fires late records how long this process could not run its timers, so a confirmation sent late
-// for that reason is not taken for one held back.
-const TICK_MS = 5;
-let due = performance.now() + TICK_MS;
+// Event-loop stalls (the machine busy elsewhere, a long collection, a SIGSTOP): a tick that fires
+// late records how long this process could not run its timers, so a confirmation sent late for
+// that reason is not taken for one held back.
+let due = performance.now() + STALL_TICK_MS;
 setInterval(() => {
   const now = performance.now();
   const late = now - due;
-  if (late >= 3) {
+  if (late >= STALL_MIN_LATE_MS) {
     journal.write({ ev: "stall", pid, ms: Math.round(late * 10) / 10, t: wallClock() });
   }
-  due = now + TICK_MS;
-}, TICK_MS);
+  due = now + STALL_TICK_MS;
+}, STALL_TICK_MS);
 
 journal.write({
   ev: "ready",

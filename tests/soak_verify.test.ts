@@ -554,12 +554,22 @@ test("a worker resumed before its stopped instance runs what it held: the instan
  * w2 runs all three again.
  */
 function writeKilledDuringStallStory(j: Journals): void {
+  writeTwoKillsStory(j, () => {
+    j.run("w1", 501, "w1", "b1", 1, 1000, 1010, 1);
+    j.run("w3", 503, "w3", "b2", 2, 1000, 1010, 1);
+    j.run("w3", 503, "w3", "b2", 3, 1035, undefined, 2);
+  });
+}
+
+/**
+ * Jobs 1–3 with w3 (pid 503) beside w1: what `beforeKills` writes, then w1 and w3 SIGKILLed at
+ * 1,040, and w2 running all three again.
+ */
+function writeTwoKillsStory(j: Journals, beforeKills: () => void): void {
   startSharedStory(j, 2, 3);
   j.spawn("worker", "w3", 503, 50);
   j.attach("w3", 503, 200, "s1", "b2");
-  j.run("w1", 501, "w1", "b1", 1, 1000, 1010, 1);
-  j.run("w3", 503, "w3", "b2", 2, 1000, 1010, 1);
-  j.run("w3", 503, "w3", "b2", 3, 1035, undefined, 2);
+  beforeKills();
   j.soak({ ev: "fault", kind: "worker-kill", target: "w1", pid: 501, t: 1040 });
   j.soak({ ev: "fault", kind: "worker-kill", target: "w3", pid: 503, t: 1040 });
   j.exit("worker", "w1", 501, 1045);
@@ -597,21 +607,13 @@ test("a SIGKILL excuses a held confirmation only while the worker was not seen r
  * of which up to 15 stalled. Both are SIGKILLed at 1,040; w2 runs them again.
  */
 function writeUnrecordedHoldUpStory(j: Journals): void {
-  startSharedStory(j, 2, 3);
-  j.spawn("worker", "w3", 503, 50);
-  j.attach("w3", 503, 200, "s1", "b2");
-  j.run("w1", 501, "w1", "b1", 1, 990, 1000, 1);
-  j.worker("w1", 501, { ev: "sent", ep: "w1", c: 0, t: 1015 });
-  j.run("w3", 503, "w3", "b2", 2, 990, 1000, 1);
-  j.worker("w3", 503, { ev: "stall", ms: 10, t: 1030 });
-  j.run("w3", 503, "w3", "b2", 3, 1033, undefined, 2);
-  j.soak({ ev: "fault", kind: "worker-kill", target: "w1", pid: 501, t: 1040 });
-  j.soak({ ev: "fault", kind: "worker-kill", target: "w3", pid: 503, t: 1040 });
-  j.exit("worker", "w1", 501, 1045);
-  j.exit("worker", "w3", 503, 1045);
-  j.run("w2", 502, "w2", "b1", 1, 1200, 1210);
-  j.run("w2", 502, "w2", "b1", 2, 1210, 1220);
-  j.run("w2", 502, "w2", "b1", 3, 1220, 1230);
+  writeTwoKillsStory(j, () => {
+    j.run("w1", 501, "w1", "b1", 1, 990, 1000, 1);
+    j.worker("w1", 501, { ev: "sent", ep: "w1", c: 0, t: 1015 });
+    j.run("w3", 503, "w3", "b2", 2, 990, 1000, 1);
+    j.worker("w3", 503, { ev: "stall", ms: 10, t: 1030 });
+    j.run("w3", 503, "w3", "b2", 3, 1033, undefined, 2);
+  });
 }
 
 test("a hold-up too short to record, and a stall's unseen start, extend the ack delay", () => {

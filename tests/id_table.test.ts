@@ -220,8 +220,8 @@ test("RecentMap keeps the newest entries, also when keys are set again", () => {
   compareRecent(6, 1, hashId);
   // More slots than keys: every key is set again, never evicted.
   compareRecent(11, 1000, hashId);
-  // Six keys a hash: stale pairs share their hash with live keys, and ring slots are reused by
-  // another key of the same hash.
+  // Six keys a hash: live keys share hashes, and ring slots are reused by another key of the
+  // same hash.
   compareRecent(12, 20, (key) => hashId(key) & 63);
   const empty = new RecentMap<string, number>(0);
   empty.set("a", 1);

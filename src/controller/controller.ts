@@ -308,7 +308,6 @@ export class WorkPullingController extends SafeEventTarget<ControllerEventMap> {
         producer: this.#options.producer,
         logger: this.#options.logger,
         maxPayloadBytes: this.#options.maxPayloadBytes,
-        maxSeq: MAX_SEQ,
       },
       {
         session: () => this.#session,

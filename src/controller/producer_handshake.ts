@@ -22,7 +22,7 @@ import { hashIds, hasRepeats } from "../core/id_table.ts";
 import type { Logger } from "../core/logger.ts";
 import { utf8Length } from "../core/utf8.ts";
 import { jsonTextOf } from "../protocol/json_text.ts";
-import { type RequestNext, type Stored, StoredAckSchema } from "../protocol/schemas.ts";
+import { MAX_SEQ, type RequestNext, type Stored, StoredAckSchema } from "../protocol/schemas.ts";
 import { StoredBatch } from "../protocol/stored_batch.ts";
 import type { BatchStoreJob, StoreResult } from "../queue/work_queue.ts";
 import * as v from "valibot";
@@ -63,8 +63,6 @@ export interface HandshakeOptions {
   readonly logger: Logger;
   /** The largest payload accepted, in UTF-8 bytes of its JSON text. */
   readonly maxPayloadBytes: number;
-  /** The largest store sequence (the sequence space). */
-  readonly maxSeq: number;
 }
 
 type Phase =
@@ -132,7 +130,6 @@ const IDLE: Phase = { phase: "idle" };
  *     } satisfies ProducerEndpoint,
  *     logger: console,
  *     maxPayloadBytes: 1024,
- *     maxSeq: Number.MAX_SAFE_INTEGER,
  *   },
  *   {
  *     session: () => "s1",
@@ -158,9 +155,14 @@ export class ProducerHandshake {
   #tokenCounter = 0;
   #storeSeq = 0;
   #payloadChars = 0;
+  readonly #options: HandshakeOptions;
+  readonly #host: HandshakeHost;
 
   /** Takes the controller's settings and the host that holds its tables. */
-  constructor(readonly options: HandshakeOptions, readonly host: HandshakeHost) {}
+  constructor(options: HandshakeOptions, host: HandshakeHost) {
+    this.#options = options;
+    this.#host = host;
+  }
 
   /** Whether no grant is open: the controller may ask for more. */
   get idle(): boolean {
@@ -182,7 +184,7 @@ export class ProducerHandshake {
   /** Open credit for up to `maxJobs` jobs (the handshake is idle). */
   ask(maxJobs: number): void {
     const request: RequestNext = {
-      session: this.host.session(),
+      session: this.#host.session(),
       token: `t${++this.#tokenCounter}`,
       maxJobs,
     };
@@ -200,15 +202,15 @@ export class ProducerHandshake {
   /** Call the producer; its exceptions are its own and must not break the controller. */
   tell(call: (producer: ProducerEndpoint) => void): void {
     try {
-      call(this.options.producer);
+      call(this.#options.producer);
     } catch (error) {
-      this.options.logger.error("the producer threw while handling a controller message", error);
+      this.#options.logger.error("the producer threw while handling a controller message", error);
     }
   }
 
   /** The producer's answer to a grant. */
   onProduced(raw: unknown): void {
-    const host = this.host;
+    const host = this.#host;
     if (!host.running()) return;
     const message = readProduced(raw);
     if (!message.ok) return host.fail(new TypeError(`invalid Produced: ${message.message}`));
@@ -238,7 +240,7 @@ export class ProducerHandshake {
     const hashes = new Int32Array(ids.length);
     const plainIds = hashIds(ids, hashes);
     if (hasRepeats(ids, hashes)) return host.fail(new Error("Produced repeats a MessageID"));
-    const maxPayloadBytes = this.options.maxPayloadBytes;
+    const maxPayloadBytes = this.#options.maxPayloadBytes;
     const texts: string[] = new Array(ids.length);
     for (let i = 0; i < ids.length; i++) {
       const payload = encoded ? payloads[i] as string : jsonTextOf(payloads[i]);
@@ -290,7 +292,7 @@ export class ProducerHandshake {
       host.pumpLane();
       return;
     }
-    if (this.#storeSeq > this.options.maxSeq - fresh) {
+    if (this.#storeSeq > MAX_SEQ - fresh) {
       return host.fail(new RangeError("store sequence space exhausted"));
     }
     this.#complete(undefined);
@@ -307,7 +309,7 @@ export class ProducerHandshake {
 
   /** The producer acknowledged a `Stored`. */
   onStoredAck(raw: unknown): void {
-    const host = this.host;
+    const host = this.#host;
     if (!host.running()) return;
     const parsed = v.safeParse(StoredAckSchema, raw);
     if (!parsed.success) {
@@ -345,12 +347,12 @@ export class ProducerHandshake {
       for (let i = 0; i < accept.length; i++) chars += accept[i].payload.length;
       this.#payloadChars = Math.max(1, chars / accept.length);
     }
-    this.host.accept(accept);
+    this.#host.accept(accept);
     this.#lastCompleted = { token: phase.token, ids: phase.ids };
     this.#phase = IDLE;
-    const accepted = { session: this.host.session(), token: phase.token };
+    const accepted = { session: this.#host.session(), token: phase.token };
     this.tell((p) => p.onAccepted?.(accepted));
-    this.host.progress();
+    this.#host.progress();
   }
 
   /**
@@ -401,8 +403,8 @@ export class ProducerHandshake {
       );
       seqs[i] = seq;
     }
-    if (stored > 0) this.host.countStored(stored);
-    const message = new StoredBatch(this.host.session(), phase.token, ids, seqs);
+    if (stored > 0) this.#host.countStored(stored);
+    const message = new StoredBatch(this.#host.session(), phase.token, ids, seqs);
     this.#phase = {
       phase: "stored-ack",
       token: phase.token,

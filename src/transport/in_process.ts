@@ -25,7 +25,9 @@ export interface InProcessConnection {
 /**
  * Connect a worker endpoint to a controller in the same process. Frames are delivered
  * asynchronously (one microtask later) and in order, like a socket would, so neither side is
- * re-entered while it handles a frame.
+ * re-entered while it handles a frame. As on a socket, a close comes after the frames sent before
+ * it: the side that did not close receives them, then the close; frames sent after it are
+ * dropped, and so are frames still on their way to the side that closed.
  *
  * @example
  * ```ts
@@ -47,32 +49,35 @@ export function connectInProcess(
   controller: LinkAcceptor,
   worker: LinkAcceptor,
 ): InProcessConnection {
-  let closed = false;
+  type Side = "controller" | "worker";
+  /** The side that closed the connection first, once it is closed. */
+  let closedBy: Side | undefined;
   // Filled right below; the links only use them after both sides attached.
   const receivers: { controller?: LinkReceiver; worker?: LinkReceiver } = {};
-  const closeBoth = (code: number, reason: string) => {
-    if (closed) return;
-    closed = true;
+  const closeBoth = (by: Side, code: number, reason: string) => {
+    if (closedBy) return;
+    closedBy = by;
+    // Queued behind the frames already sent, so they arrive first.
     queueMicrotask(() => {
       receivers.controller?.closed(code, reason);
       receivers.worker?.closed(code, reason);
     });
   };
-  const linkFor = (target: () => LinkReceiver | undefined): Link => ({
+  const linkFor = (from: Side, to: Side): Link => ({
     send(frame) {
-      if (closed) return;
+      if (closedBy) return;
       queueMicrotask(() => {
-        if (!closed) target()?.receive(frame);
+        if (closedBy !== to) receivers[to]?.receive(frame);
       });
     },
-    close: (code = 1000, reason = "") => closeBoth(code, reason),
+    close: (code = 1000, reason = "") => closeBoth(from, code, reason),
   });
-  receivers.controller = controller.attach(linkFor(() => receivers.worker));
-  receivers.worker = worker.attach(linkFor(() => receivers.controller));
+  receivers.controller = controller.attach(linkFor("controller", "worker"));
+  receivers.worker = worker.attach(linkFor("worker", "controller"));
   return {
-    close: (code = 1000, reason = "") => closeBoth(code, reason),
+    close: (code = 1000, reason = "") => closeBoth("worker", code, reason),
     get closed() {
-      return closed;
+      return closedBy !== undefined;
     },
   };
 }

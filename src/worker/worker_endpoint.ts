@@ -78,6 +78,11 @@ import {
 } from "../protocol/schemas.ts";
 import { CloseCode, type Link, type LinkReceiver } from "../transport/link.ts";
 import { RecentCompletions } from "./recent_completions.ts";
+
+/** How long `close()` lets a running handler finish by default, ms. */
+export const DEFAULT_DRAIN_TIMEOUT = 10_000;
+/** The longest `drainTimeout`, ms. */
+export const MAX_DRAIN_TIMEOUT = 3_600_000;
 import { SeqBuffer } from "./seq_buffer.ts";
 
 /** One job handed to the handler. */
@@ -452,9 +457,9 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
       owner,
       "drainTimeout",
       options.drainTimeout,
-      10_000,
+      DEFAULT_DRAIN_TIMEOUT,
       0,
-      3_600_000,
+      MAX_DRAIN_TIMEOUT,
     );
     this.incarnation = options.incarnation === undefined
       ? crypto.randomUUID()
@@ -657,8 +662,12 @@ export class WorkerEndpoint<T = unknown> extends SafeEventTarget<WorkerEndpointE
     this.#guard(() => this.#ack());
   };
 
+  /**
+   * Ticks run as long as a link does, a drain included: a draining worker's heartbeats keep its
+   * binding (and the job it is finishing) from being ended as silent, however long the drain.
+   */
   #scheduleTick(): void {
-    if (this.#tick || this.closed || !this.#link) return;
+    if (this.#tick || !this.#link) return;
     this.#tick = this.#clock.setTimeout(() => {
       this.#tick = undefined;
       this.#guard(() => this.#onTick());

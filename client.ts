@@ -27,6 +27,8 @@ export {
   connectWorker,
   type ConnectWorkerOptions,
   DisconnectedEvent,
+  UpgradeRefusedError,
+  UpgradeRefusedEvent,
   type WebSocketConstructor,
   type WebSocketLike,
   WorkerConnection,

@@ -43,6 +43,8 @@ const NODE_TESTS = [
   "dashboard.test.ts", // the live stream (server-sent events) through @hono/node-server
   "dashboard_browser.test.ts", // the dashboard in Chromium, served by Node (CI installs Chromium)
   "cli.test.ts", // the workpull command on Node (as installed from npm): serve, worker, submit
+  "graceful_close.test.ts", // a drain keeps its job: in process, over ws, a SIGTERMed worker
+  "net_refused.test.ts", // a refused worker learns why and stops; the server logs it
 ];
 /** How Node 22 runs TypeScript (tests/fixtures/net_support.ts spawns workers the same way). */
 const NODE_TS_FLAGS = ["--experimental-transform-types", "--no-warnings"];

@@ -183,7 +183,15 @@ test("HTTP routes need a client token: 401 with a reason otherwise", async () =>
 test("the WebSocket route refuses plain requests, foreign subprotocols and missing tokens", async () => {
   const { app, events, close } = await setup();
   try {
-    assert.equal((await app.request("/workers")).status, 426);
+    // A plain GET says why an upgrade with the same credential would be refused, or 426.
+    const plain = await app.request("/workers");
+    assert.equal(plain.status, 401);
+    assert.equal((await plain.json()).reason, "missing-token");
+    const worker = await signToken(SECRET, { producer: "jobs", worker: "w", expiresIn: 60_000 });
+    const checked = await app.request("/workers", {
+      headers: { authorization: `Bearer ${worker}` },
+    });
+    assert.equal(checked.status, 426);
     const upgrade = { upgrade: "websocket", connection: "Upgrade" };
     const foreign = await app.request("/workers", {
       headers: { ...upgrade, "sec-websocket-protocol": "workpull.v2, token" },
@@ -193,7 +201,11 @@ test("the WebSocket route refuses plain requests, foreign subprotocols and missi
       headers: { ...upgrade, "sec-websocket-protocol": "workpull.v1" },
     });
     assert.equal(anonymous.status, 401);
-    assert.deepEqual(events.map((event) => event.kind), ["bad-upgrade", "unauthorized"]);
+    assert.deepEqual(events.map((event) => event.kind), [
+      "unauthorized", // the plain GET without a credential
+      "bad-upgrade",
+      "unauthorized",
+    ]);
   } finally {
     await close();
   }

@@ -182,9 +182,10 @@ test("an error before the socket opens is a failed attempt, without waiting for 
 });
 
 test("a refused handshake over a real socket is retried long before the connect timeout", async () => {
+  // 503 is a refusal that retrying can heal (a 401 stops the worker: tests/net_refused.test.ts).
   const server = createServer((_request, response) => {
-    response.writeHead(401, { "content-type": "application/json" });
-    response.end('{"error":"unauthorized"}');
+    response.writeHead(503, { "content-type": "application/json", "retry-after": "1" });
+    response.end('{"error":"too-many-connections"}');
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const { port } = server.address() as AddressInfo;

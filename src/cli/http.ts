@@ -89,6 +89,13 @@ export async function call(base: URL, path: string, options: CallOptions): Promi
 /** The error for an answer the caller did not expect. */
 export function answerError(base: URL, answer: Answer): CliError {
   const body = answer.body as { error?: string; reason?: string; detail?: string } | undefined;
+  if (answer.status === 401 && body?.reason === "expired") {
+    return new CliError(
+      `the server refused the token: it expired; make a new one with ${programName()} token ` +
+        "--flow <flow>",
+      EXIT.unreachable,
+    );
+  }
   if (answer.status === 401) {
     return new CliError(
       `the server refused the token (${body?.reason ?? "unauthorized"}): a client token for ` +

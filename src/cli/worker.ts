@@ -17,9 +17,9 @@ import { resolve } from "node:path";
 import process from "node:process";
 import { pathToFileURL } from "node:url";
 import { identityAllows } from "../controller/controller.ts";
-import { connectWorker } from "../net/client.ts";
+import { connectWorker, type UpgradeRefusedError } from "../net/client.ts";
 import { signToken } from "../net/token.ts";
-import type { Delivery } from "../worker/worker_endpoint.ts";
+import { type Delivery, MAX_DRAIN_TIMEOUT } from "../worker/worker_endpoint.ts";
 import { type CommandSpec, type ParsedArgs, UsageError } from "./args.ts";
 import { CliError, EXIT } from "./exit.ts";
 import {
@@ -32,8 +32,15 @@ import {
   urlFlag,
 } from "./flags.ts";
 import { DEFAULT_URL, flowUrl } from "./http.ts";
-import { runtime, webSocketHere } from "./runtime.ts";
+import { programName, runtime, webSocketHere } from "./runtime.ts";
 import { DEFAULT_SECRET_FILE, requireSecret } from "./secret.ts";
+
+/**
+ * How long a SIGTERM lets running jobs finish, ms: longer than a library worker's 10 s, since a
+ * worker process usually runs jobs that take a while, and an orchestrator's grace period (30 s in
+ * Kubernetes) can be raised to match.
+ */
+const DRAIN_TIMEOUT = 60_000;
 
 /** A job handler: what a worker module exports by default. */
 export type Handler = (delivery: Delivery<unknown>) => unknown;
@@ -78,6 +85,14 @@ export const workerSpec: CommandSpec = {
       max: 10_000,
       help: "jobs each connection asks for ahead (default 50)",
     },
+    "drain-timeout": {
+      kind: "duration",
+      value: "DURATION",
+      min: 0,
+      max: MAX_DRAIN_TIMEOUT,
+      help: "on SIGTERM or Ctrl-C, how long running jobs may take to finish before they are " +
+        "aborted and handed back (default 60s)",
+    },
     "secret-file": secretFileFlag,
     "log-level": logLevelFlag,
     "log-format": logFormatFlag,
@@ -107,8 +122,10 @@ export async function runWorker(args: ParsedArgs): Promise<number> {
   const given = args.string("token") ?? (process.env.WORKPULL_TOKEN || undefined);
   let name = args.string("name");
   let token: () => string | Promise<string>;
+  /** The worker the token names. */
+  let claimed: string;
   if (given !== undefined) {
-    const claimed = workerClaim(given);
+    claimed = workerClaim(given);
     name ??= `${claimed}#${suffix}`;
     if (!identityAllows({ worker: claimed }, name)) {
       throw new UsageError(
@@ -117,7 +134,7 @@ export async function runWorker(args: ParsedArgs): Promise<number> {
     }
     token = () => given;
   } else {
-    const worker = name ??= suffix;
+    const worker = claimed = name ??= suffix;
     const { secret } = requireSecret(args.string("secret-file", DEFAULT_SECRET_FILE), "no --token");
     token = () => signToken(secret, { producer: flow, worker, expiresIn: 3_600_000 });
   }
@@ -129,6 +146,7 @@ export async function runWorker(args: ParsedArgs): Promise<number> {
     name,
     concurrency,
     window: args.number("window"),
+    drainTimeout: args.number("drain-timeout", DRAIN_TIMEOUT),
     logger,
     WebSocket: await webSocketHere(),
     handler: async (delivery) => {
@@ -159,16 +177,42 @@ export async function runWorker(args: ParsedArgs): Promise<number> {
   });
   return await new Promise<number>((resolve, reject) => {
     let stopped = 0;
+    const stop = (error: CliError) => connection.close().then(() => reject(error), reject);
     connection.addEventListener("refused", (event) => {
       logger.error(event.error.message);
       if (event.error.retry || ++stopped < concurrency) return;
-      connection.close().then(
-        () => reject(new CliError("every endpoint was refused for good", EXIT.failed)),
-        reject,
-      );
+      void stop(new CliError("every endpoint was refused for good", EXIT.failed));
     });
+    // Every endpoint shares the credential and the flow: the first lasting refusal is everyone's.
+    connection.addEventListener("upgrade-refused", (event) => {
+      void stop(new CliError(upgradeRefusal(event.error, flow, url, claimed), EXIT.unreachable));
+    }, { once: true });
     void resolve; // a signal drains and exits
   });
+}
+
+/** The line that says why the server refused this worker, and what to do about it. */
+function upgradeRefusal(error: UpgradeRefusedError, flow: string, url: URL, worker: string) {
+  const remake = `make a new one with ${programName()} token --flow ${flow} --worker ${worker}`;
+  switch (error.reason) {
+    case "unknown-flow":
+      return `the server at ${url.origin} serves no flow ${flow} (404); check --flow and --url`;
+    case "expired":
+    case "revoked":
+      return `the server refused the worker token: ${error.reason}; ${remake}`;
+    case "bad-signature":
+    case "unknown-key":
+      return `the server refused the worker token: ${error.reason} (it was not signed with the ` +
+        `server's secret); ${remake} where the server's secret is, or give that secret ` +
+        "(WORKPULL_SECRET or --secret-file)";
+    case "wrong-producer":
+      return `the server refused the worker token: ${error.reason} (it is for another flow ` +
+        `than ${flow}); ${remake}`;
+    case "wrong-kind":
+      return `the server refused the worker token: ${error.reason} (a client token); ${remake}`;
+    default:
+      return `the server refused the worker token: ${error.reason} (${error.status}); ${remake}`;
+  }
 }
 
 /** The handler a module exports by default; a usage error naming the module if none. */

@@ -51,6 +51,7 @@ import { addJobRoutes } from "./job_routes.ts";
 import type { JobQueue } from "../backlog/job_queue.ts";
 import { resolveEdgeLimits } from "./limits.ts";
 import { loggedListener, type NetEventListener, report } from "./net_event.ts";
+import { RefusalLog } from "./refusal_log.ts";
 import { socketEvents } from "./socket_link.ts";
 import { runtimeFromUserAgent } from "./user_agent.ts";
 import { addDashboardRoutes } from "../dashboard/routes.ts";
@@ -384,8 +385,14 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
     if (outcome.expiresAt !== undefined) expiries.set(c.req.raw, outcome.expiresAt);
     await next();
   };
+  const refusals = new RefusalLog(logger);
   const unauthorized = (c: Context, route: Route, reason: AuthFailureReason) => {
     report(onEvent, { kind: "unauthorized", route, reason });
+    refusals.refused(
+      route === "workers" ? "a worker's upgrade" : `a ${route} request`,
+      reason,
+      addressOf(c),
+    );
     c.header("WWW-Authenticate", 'Bearer realm="workpull"');
     c.header("Cache-Control", "no-store");
     return c.json({ error: "unauthorized", reason }, 401);
@@ -439,6 +446,10 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
     "/workers",
     async (c, next) => {
       if (c.req.header("upgrade")?.toLowerCase() !== "websocket") {
+        // A worker whose upgrade failed asks here why, with the same credential: its WebSocket
+        // client does not show it the answer. 426 says the credential is good.
+        const outcome = await authenticate(c.req.raw, "workers");
+        if (!outcome.ok) return unauthorized(c, "workers", outcome.reason);
         return c.json({ error: "upgrade-required" }, 426, { Upgrade: "websocket" });
       }
       const protocols = offeredProtocols(c.req.raw);

@@ -132,7 +132,7 @@ export function serveBun(options: ServeOptions): WorkpullServer {
     buildWorkpullHono({ clientAddress: bunClientAddress, ...app, upgradeWebSocket })
   );
   const app = apps.build(options);
-  const root = servedRoot("serveBun", listen, app, options, apps.build);
+  const root = servedRoot("serveBun", listen, app, options, apps.build, bunClientAddress);
   const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
   const bun = (globalThis as unknown as { Bun?: BunRuntime }).Bun;
   if (!bun) throw new Error("Cannot serve with serveBun: this runtime is not Bun");

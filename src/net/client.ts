@@ -22,6 +22,15 @@
  * - A refused registration that cannot succeed by retrying (another process started under the
  *   same worker name, a token for another flow) stops that endpoint for good: a `refused` event
  *   carries a {@linkcode RegistrationRefusedError}.
+ * - **A refused upgrade is told apart from an outage.** A WebSocket client does not show why its
+ *   upgrade failed, so when a socket fails before it opens, the client asks once with a plain
+ *   `GET` of the same URL and credential: the server answers `401` with the reason, `404` for a
+ *   flow it does not serve, or `426` when the credential is good. A refusal that retrying cannot
+ *   heal (a bad signature, an unknown key, another flow, a client token, a revoked token, an
+ *   unknown flow, a forbidden origin) stops the endpoint with an `upgrade-refused` event carrying
+ *   an {@linkcode UpgradeRefusedError}. An expired token is asked of the `token` function again
+ *   (a fresh one reconnects at once); a fixed token, or the same expired token again, stops. An
+ *   unreachable server, and every other answer, is an outage: retried with backoff.
  * - `close()` drains: buffered jobs go back to the controller at once, running handlers finish
  *   and are confirmed, then the sockets close. Where the runtime has signals (Deno, Node, Bun),
  *   SIGTERM and SIGINT do the same and then exit (`drainOnSignals: false` to opt out).
@@ -33,7 +42,13 @@ import { booleanOption, durationOption, integerOption, optionsObject } from "../
 import { SafeEventTarget } from "../core/safe_event_target.ts";
 import { SUBPROTOCOL } from "../protocol/schemas.ts";
 import { CloseCode, type Link, type LinkReceiver } from "../transport/link.ts";
-import { type Delivery, type RefusedEvent, WorkerEndpoint } from "../worker/worker_endpoint.ts";
+import {
+  DEFAULT_DRAIN_TIMEOUT,
+  type Delivery,
+  MAX_DRAIN_TIMEOUT,
+  type RefusedEvent,
+  WorkerEndpoint,
+} from "../worker/worker_endpoint.ts";
 import { drainOnShutdown } from "./shutdown.ts";
 import { type Backoff, backoffDelay, type BackoffOptions, resolveBackoff } from "./backoff.ts";
 import { closeReason, guard as guardAs } from "./safety.ts";
@@ -159,6 +174,86 @@ export class DisconnectedEvent extends Event {
   }
 }
 
+/**
+ * Why the server refused a worker's upgrade for good: `reason` is the server's (`401` answers:
+ * `bad-signature`, `unknown-key`, `expired`, `revoked`, `wrong-producer`, `wrong-kind`,
+ * `malformed-token`, `missing-token`, `refused`), or `unknown-flow` (`404`) or
+ * `forbidden-origin` (`403`).
+ *
+ * @example
+ * ```ts
+ * import { UpgradeRefusedError } from "./client.ts";
+ * const error = new UpgradeRefusedError("w1", 401, "expired");
+ * console.assert(error.message.includes("expired"));
+ * ```
+ */
+export class UpgradeRefusedError extends Error {
+  /** Always "UpgradeRefusedError". */
+  override name = "UpgradeRefusedError";
+
+  /** Creates the error. */
+  constructor(
+    /** The endpoint whose upgrade was refused. */
+    readonly endpoint: string,
+    /** The HTTP status of the server's answer. */
+    readonly status: number,
+    /** The server's reason. */
+    readonly reason: string,
+  ) {
+    super(
+      `the server refused worker ${endpoint}: ${describeRefusal(reason)} (${status} ${reason})`,
+    );
+  }
+}
+
+/** What a refusal reason means to whoever runs the worker. */
+function describeRefusal(reason: string): string {
+  switch (reason) {
+    case "expired":
+      return "its token expired";
+    case "bad-signature":
+      return "its token is not signed with the server's secret";
+    case "unknown-key":
+      return "its token is signed with a key the server does not hold";
+    case "revoked":
+      return "its token was revoked";
+    case "wrong-producer":
+      return "its token is for another flow";
+    case "wrong-kind":
+      return "its token is a client token; a worker needs a worker token";
+    case "malformed-token":
+      return "its token is not a workpull token";
+    case "missing-token":
+      return "it sent no token";
+    case "unknown-flow":
+      return "the server serves no such flow";
+    case "forbidden-origin":
+      return "its origin is not allowed";
+    default:
+      return "the server's authorization refused it";
+  }
+}
+
+/**
+ * The server refused an endpoint's upgrade for good: that endpoint stopped.
+ *
+ * @example
+ * ```ts
+ * import { UpgradeRefusedError, UpgradeRefusedEvent } from "./client.ts";
+ * const event = new UpgradeRefusedEvent(new UpgradeRefusedError("w1", 404, "unknown-flow"));
+ * console.assert(event.error.status === 404);
+ * ```
+ */
+export class UpgradeRefusedEvent extends Event {
+  /** Creates the event. */
+  constructor(
+    /** What the server said. */
+    readonly error: UpgradeRefusedError,
+  ) {
+    super("upgrade-refused");
+  }
+}
+
 /** The events of a {@linkcode WorkerConnection}. */
 export interface WorkerConnectionEventMap {
   /** An endpoint's socket opened. */
@@ -167,11 +262,17 @@ export interface WorkerConnectionEventMap {
   disconnected: DisconnectedEvent;
   /** A registration was refused; when `error.retry` is false that endpoint stopped for good. */
   refused: RefusedEvent;
+  /** The server refused an endpoint's upgrade in a way retrying cannot heal: it stopped. */
+  "upgrade-refused": UpgradeRefusedEvent;
 }
 
 interface Settings {
   readonly url: URL;
   readonly token: (() => string | Promise<string>) | undefined;
+  /** The token is a function, which may give a fresh one after an expiry. */
+  readonly refreshable: boolean;
+  /** How long a drain waits for running handlers, ms. */
+  readonly drainTimeout: number;
   readonly tokenIn: "protocol" | "query";
   readonly connectTimeout: number;
   readonly backoff: Backoff;
@@ -212,7 +313,17 @@ export class WorkerConnection<T = unknown> extends SafeEventTarget<WorkerConnect
     for (const endpoint of endpoints) {
       endpoint.addEventListener("refused", (event) => this.dispatchEvent(event));
     }
-    if (drainOnSignals) this.#unregister = drainOnShutdown(() => this.close());
+    if (drainOnSignals) {
+      this.#unregister = drainOnShutdown(async (signal) => {
+        const started = Date.now();
+        settings.logger.info(
+          `${signal}: draining: buffered jobs go back; waiting for the running ones to finish ` +
+            `and be confirmed (up to ${settings.drainTimeout} ms), then closing`,
+        );
+        await this.close();
+        settings.logger.info(`drained and closed in ${Date.now() - started} ms; exiting`);
+      });
+    }
     for (const socket of this.#sockets) socket.connect();
   }
 
@@ -290,6 +401,15 @@ export function connectWorker<T = unknown>(options: ConnectWorkerOptions<T>): Wo
   const settings: Settings = {
     url,
     token: typeof token === "string" ? () => token : token,
+    refreshable: typeof token === "function",
+    drainTimeout: durationOption(
+      OWNER,
+      "drainTimeout",
+      options.drainTimeout,
+      DEFAULT_DRAIN_TIMEOUT,
+      0,
+      MAX_DRAIN_TIMEOUT,
+    ),
     tokenIn,
     connectTimeout: durationOption(
       OWNER,
@@ -338,6 +458,8 @@ class EndpointSocket {
   #attempt = 0;
   #retry: ReturnType<typeof setTimeout> | undefined;
   #stopped = false;
+  /** The last token the server refused as expired. */
+  #expired: string | undefined;
 
   constructor(
     endpoint: SocketEndpoint,
@@ -358,8 +480,9 @@ class EndpointSocket {
     if (this.#stopped) return;
     let url: string;
     let protocols: string[];
+    let token: string | undefined;
     try {
-      const token = await this.#settings.token?.();
+      token = await this.#settings.token?.();
       if (this.#stopped) return;
       ({ url, protocols } = this.#target(token));
     } catch (error) {
@@ -371,7 +494,26 @@ class EndpointSocket {
     } catch (error) {
       return this.#scheduleRetry(1006, String(error));
     }
-    this.#watch(socket);
+    this.#watch(socket, url, token);
+  }
+
+  /**
+   * The socket to `url` failed before it opened: ask the server why (see the module
+   * documentation), then stop, reconnect at once with a fresh token, or retry with backoff.
+   */
+  async #failedToOpen(code: number, reason: string, url: string, token: string | undefined) {
+    const refusal = await askWhyRefused(url, token, this.#settings);
+    if (this.#stopped || this.#endpoint.closed) return this.#scheduleRetry(code, reason);
+    if (!refusal) return this.#scheduleRetry(code, reason);
+    if (refusal.reason === "expired" && this.#settings.refreshable && token !== this.#expired) {
+      this.#expired = token; // the same token expired again: the function has no fresh one
+      return this.#scheduleRetry(CloseCode.credentialExpired, "the token expired");
+    }
+    this.#stopped = true;
+    const error = new UpgradeRefusedError(this.#endpoint.name, refusal.status, refusal.reason);
+    void this.#endpoint.close();
+    this.#emit(new UpgradeRefusedEvent(error));
+    this.#scheduleRetry(code, error.message);
   }
 
   /** Stop for good; resolves when the handler settled and the socket closed (bounded). */
@@ -403,12 +545,13 @@ class EndpointSocket {
     return { url: url.href, protocols: [SUBPROTOCOL, token] };
   }
 
-  #watch(socket: WebSocket): void {
+  #watch(socket: WebSocket, url: string, token: string | undefined): void {
     const guard = (body: () => void) =>
       guardAs("a worker socket handler", body, this.#settings.logger);
     this.#socket = socket;
     let receiver: LinkReceiver | undefined;
     let live = true;
+    let opened = false;
     let markClosed!: () => void;
     this.#socketClosed = new Promise((resolve) => (markClosed = resolve));
     const openTimer = setTimeout(
@@ -448,7 +591,8 @@ class EndpointSocket {
       receiver = undefined;
       if (target) guard(() => target.closed(code, reason));
       if (this.#socket === socket) this.#socket = undefined;
-      this.#scheduleRetry(code, reason);
+      if (opened || this.#stopped) this.#scheduleRetry(code, reason);
+      else void this.#failedToOpen(code, reason, url, token);
     };
     this.#release = release;
 
@@ -476,6 +620,7 @@ class EndpointSocket {
       guard(() => {
         clearTimeout(openTimer);
         if (!live) return;
+        opened = true;
         receiver = this.#endpoint.attach(link);
         this.#emit(new ConnectedEvent(this.#endpoint.name));
       });
@@ -513,6 +658,49 @@ class EndpointSocket {
     const delay = renew ? 0 : backoffDelay(this.#attempt, this.#settings.backoff, Math.random());
     this.#emit(new DisconnectedEvent(this.#endpoint.name, code, reason, delay));
     this.#retry = setTimeout(() => void this.connect(), delay);
+  }
+}
+
+/** Answers that retrying cannot change, by status. */
+const LASTING_REFUSALS = new Set([401, 403, 404]);
+
+/**
+ * Ask the workers route at `url` with a plain `GET` why an upgrade with `token` was refused: the
+ * status and reason of a lasting refusal, or undefined for an outage (no answer, or any other).
+ */
+async function askWhyRefused(
+  url: string,
+  token: string | undefined,
+  settings: Settings,
+): Promise<{ status: number; reason: string } | undefined> {
+  const target = new URL(url);
+  target.protocol = target.protocol === "wss:" ? "https:" : "http:";
+  const headers: Record<string, string> = {};
+  // A query token is in the URL already.
+  if (token !== undefined && settings.tokenIn === "protocol") {
+    headers.authorization = `Bearer ${token}`;
+  }
+  const fetch = (globalThis as { fetch?: typeof globalThis.fetch }).fetch;
+  if (typeof fetch !== "function") return undefined;
+  try {
+    const response = await fetch(target, {
+      headers,
+      signal: AbortSignal.timeout(settings.connectTimeout),
+    });
+    const body = await response.json().catch(() => undefined) as
+      | { error?: unknown; reason?: unknown }
+      | undefined;
+    if (!LASTING_REFUSALS.has(response.status)) return undefined;
+    const reason = response.status === 404
+      ? "unknown-flow"
+      : typeof body?.reason === "string"
+      ? body.reason
+      : typeof body?.error === "string"
+      ? body.error
+      : "refused";
+    return { status: response.status, reason };
+  } catch {
+    return undefined;
   }
 }
 

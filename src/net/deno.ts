@@ -127,7 +127,7 @@ export function serveDeno(options: ServeOptions): WorkpullServer {
     buildWorkpullHono({ clientAddress: denoClientAddress, ...app, upgradeWebSocket })
   );
   const app = apps.build(options);
-  const root = servedRoot("serveDeno", listen, app, options, apps.build);
+  const root = servedRoot("serveDeno", listen, app, options, apps.build, denoClientAddress);
   const logger = loggerOption("serveDeno", options.logger);
   const loop = new ServeLoop(listen.hostname, listen.port, root.fetch, options.onEvent, logger);
   const { url, workersUrl } = serverUrls(listen.hostname, loop.port, listen.basePath);

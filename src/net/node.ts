@@ -273,10 +273,14 @@ export async function serveNode(options: ServeOptions): Promise<WorkpullServer> 
     logger,
   });
   const apps = servedApps((app) =>
-    buildWorkpullHono({ ...app, upgradeWebSocket: sockets.upgradeWebSocket })
+    buildWorkpullHono({
+      clientAddress: nodeClientAddress,
+      ...app,
+      upgradeWebSocket: sockets.upgradeWebSocket,
+    })
   );
   const app = apps.build(options);
-  const root = servedRoot("serveNode", listen, app, options, apps.build);
+  const root = servedRoot("serveNode", listen, app, options, apps.build, nodeClientAddress);
   // overrideGlobalObjects: false: serving must not replace the process's Request and Response.
   const server = createAdaptorServer({ fetch: root.fetch, overrideGlobalObjects: false });
   sockets.injectWebSocket(server, root);
@@ -361,4 +365,12 @@ function arrayBufferOf(data: RawData): ArrayBuffer {
 /** A close event (Node before 23 has no global `CloseEvent`). */
 function closeEvent(code: number, reason: string): CloseEvent {
   return Object.assign(new Event("close"), { code, reason, wasClean: code !== 1006 }) as CloseEvent;
+}
+
+/** The peer's address, from the Node request @hono/node-server passes as `env.incoming`. */
+function nodeClientAddress(_request: Request, env: unknown): string | undefined {
+  const incoming = (env as { incoming?: { socket?: { remoteAddress?: unknown } } } | undefined)
+    ?.incoming;
+  const address = incoming?.socket?.remoteAddress;
+  return typeof address === "string" ? address : undefined;
 }

@@ -7,6 +7,8 @@
 import { Hono } from "hono";
 import { booleanOption, durationOption, integerOption } from "../core/options.ts";
 import { drainOnShutdown } from "./shutdown.ts";
+import { RefusalLog } from "./refusal_log.ts";
+import { loggerOption } from "../core/logger.ts";
 import { closeDashboardStreams } from "../dashboard/routes.ts";
 import type { WorkpullApp, WorkpullAppOptions } from "./app.ts";
 
@@ -119,13 +121,20 @@ export function closeOnShutdown(
     return closing ??= stop();
   };
   if (listen.drainOnSignals) {
-    unregister = drainOnShutdown(async () => {
+    const logger = loggerOption("the server", options.logger);
+    unregister = drainOnShutdown(async (signal) => {
+      const started = Date.now();
+      logger.info(
+        `${signal}: draining: no new tries start; waiting for the running ones to finish and ` +
+          "be written (up to 10 s), then closing",
+      );
       await Promise.all(
         [options, ...options.apps ?? []].map((app) =>
           app.queue ? app.queue.drain() : app.controller?.drain()
         ),
       );
       await close();
+      logger.info(`drained and closed in ${Date.now() - started} ms; exiting`);
     });
   }
   return close;
@@ -176,13 +185,33 @@ export function servedRoot(
   app: Hono,
   options: ServeOptions,
   build: (options: MountedAppOptions) => Hono,
+  runtimeAddress?: (request: Request, env: unknown) => string | undefined,
 ): Hono {
   const apps = options.apps ?? [];
   if (!Array.isArray(apps)) {
     throw new TypeError(`Cannot create ${owner}: option "apps" must be an array`);
   }
-  if (apps.length === 0) return listen.basePath ? new Hono().route(listen.basePath, app) : app;
-  const root = new Hono().route(listen.basePath || "/", app);
+  const root = apps.length === 0 && !listen.basePath
+    ? app
+    : new Hono().route(listen.basePath || "/", app);
+  // A worker for a flow this server does not serve learns it from a JSON answer (its client asks
+  // with a plain GET when the upgrade fails), and whoever runs the server from the log.
+  const refusals = new RefusalLog(loggerOption(owner, options.logger));
+  const addressOf = options.clientAddress ?? runtimeAddress;
+  root.notFound((c) => {
+    if (c.req.path.endsWith("/workers")) {
+      let address: string | undefined;
+      try {
+        address = addressOf?.(c.req.raw, c.env) ?? undefined;
+      } catch {
+        address = undefined;
+      }
+      refusals.refused(`a worker's upgrade for ${c.req.path}`, "unknown-flow", address);
+      return c.json({ error: "unknown-flow", path: c.req.path }, 404);
+    }
+    return c.json({ error: "no-route", path: c.req.path }, 404);
+  });
+  if (apps.length === 0) return root;
   const paths = new Set([listen.basePath]);
   apps.forEach((mounted, i) => {
     const path = typeof mounted?.basePath === "string"

@@ -11,8 +11,8 @@
  * @module
  */
 
-/** A drain: resolves when the registrant has finished its work and closed. */
-export type Drain = () => Promise<void>;
+/** A drain, told which signal came: resolves when the registrant has finished its work and closed. */
+export type Drain = (signal: ShutdownSignal) => Promise<void>;
 
 interface SignalRuntime {
   listen(signal: ShutdownSignal, handler: () => void): void;
@@ -20,7 +20,8 @@ interface SignalRuntime {
   exit(code: number): void;
 }
 
-type ShutdownSignal = "SIGTERM" | "SIGINT";
+/** The signals that drain. */
+export type ShutdownSignal = "SIGTERM" | "SIGINT";
 
 const SIGNALS: readonly ShutdownSignal[] = ["SIGTERM", "SIGINT"];
 const EXIT_CODES: Record<ShutdownSignal, number> = { SIGTERM: 143, SIGINT: 130 };
@@ -99,6 +100,6 @@ export function drainOnShutdown(drain: Drain): () => void {
 async function shutDown(runtime: SignalRuntime, signal: ShutdownSignal): Promise<void> {
   if (shuttingDown) return runtime.exit(EXIT_CODES[signal]); // a second signal: stop now
   shuttingDown = true;
-  await Promise.allSettled([...drains].map(async (drain) => await drain()));
+  await Promise.allSettled([...drains].map(async (drain) => await drain(signal)));
   runtime.exit(EXIT_CODES[signal]);
 }

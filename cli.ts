@@ -8,7 +8,9 @@
 
 import process from "node:process";
 import { main } from "./src/cli/main.ts";
+import { endWithNpm } from "./src/cli/npm_parent.ts";
 
+endWithNpm();
 const code = await main(process.argv.slice(2));
 // Let piped standard output drain before exiting (Node writes to pipes asynchronously).
 process.stdout.write("", () => process.exit(code));

@@ -101,7 +101,12 @@ export interface Submitter {
   readonly token: string;
   /** How long to keep retrying one batch, ms. */
   readonly retryFor: number;
+  /** Told of a failed try that will be retried: why, and how much longer retries go on, ms. */
+  readonly onRetry?: (failure: string, remaining: number) => void;
 }
+
+/** How often a failing submit says it is still retrying, ms. */
+const RETRY_NOTICE_INTERVAL = 5_000;
 
 /** Run `submit`. */
 export async function runSubmit(args: ParsedArgs): Promise<number> {
@@ -131,6 +136,7 @@ export async function runSubmit(args: ParsedArgs): Promise<number> {
       args.string("secret-file", DEFAULT_SECRET_FILE),
     ),
     retryFor: args.number("retry-for", 30_000),
+    onRetry: retryNotices(),
   };
   const quiet = args.has("quiet");
   const batchSize = args.number("batch", 100);
@@ -211,8 +217,30 @@ export async function submitBatch(
     if (Date.now() + wait > deadline) {
       throw answer ? answerError(submitter.base, answer) : new CliError(failure, EXIT.unreachable);
     }
+    submitter.onRetry?.(failure, deadline - Date.now());
     await new Promise((resolve) => setTimeout(resolve, wait));
   }
+}
+
+/**
+ * What a submit says on standard error while it retries: at once, why and for how long, then
+ * every few seconds how long is left (the jobs keep their MessageIDs, so a retry adds nothing
+ * twice).
+ */
+function retryNotices(): (failure: string, remaining: number) => void {
+  let lastNotice = -Infinity;
+  return (failure, remaining) => {
+    const now = Date.now();
+    if (now - lastNotice < RETRY_NOTICE_INTERVAL) return;
+    const first = lastNotice === -Infinity;
+    lastNotice = now;
+    const left = `${Math.ceil(remaining / 1000)} s`;
+    console.error(
+      first
+        ? `${failure}; retrying for ${left} (--retry-for), Ctrl-C to stop`
+        : `still failing; retrying for ${left} more`,
+    );
+  };
 }
 
 function optional<K extends string>(key: K, value: number | undefined): Partial<Record<K, number>> {

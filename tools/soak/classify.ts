@@ -189,7 +189,8 @@ export class Classifier {
         });
         continue;
       }
-      if (fault.kind === "producer-kill") continue;
+      // A graceful stop excuses nothing: its running jobs finish and are confirmed.
+      if (fault.kind === "producer-kill" || fault.kind === "worker-term") continue;
       const entry = this.#byPid.get(fault.pid) ?? { kills: [], cuts: [], stops: [] };
       this.#byPid.set(fault.pid, entry);
       if (fault.kind === "worker-kill") entry.kills.push(fault);

@@ -35,7 +35,12 @@ export interface WorkerSlot {
   child: Child | undefined;
   /** The pending SIGCONT of a stopped worker. */
   resume: ReturnType<typeof setTimeout> | undefined;
+  /** True while a SIGTERMed worker drains (until it exited and was started again). */
+  draining?: boolean;
 }
+
+/** How long a SIGTERMed worker may take to drain and exit before it is SIGKILLed, ms. */
+const TERM_DEADLINE_MS = 45_000;
 
 /** The controller, or one instance of the shared flow, on its fixed port. */
 export interface ControllerSlot {
@@ -229,6 +234,25 @@ export class Cluster {
     slot.resume = undefined;
     await slot.child?.kill();
     if (!this.#closing) this.startWorker(slot);
+  }
+
+  /**
+   * SIGTERM a worker: it drains (its running jobs finish and are confirmed) and exits, and is
+   * started again under the same name. One still running after {@linkcode TERM_DEADLINE_MS} is
+   * SIGKILLed, and the journal says so (`term-timeout`): its jobs run again unexcused.
+   */
+  termWorker(slot: WorkerSlot): void {
+    const child = slot.child;
+    if (!child || slot.draining) return;
+    slot.draining = true;
+    void child.stop(TERM_DEADLINE_MS).then((exit) => {
+      if (exit.signal === "SIGKILL") {
+        this.#settings.journal.write({ ev: "term-timeout", pid: child.pid, t: wallClock() });
+        this.#settings.log(`soak: ${slot.name} (pid ${child.pid}) did not drain; killed`);
+      }
+      slot.draining = false;
+      if (!this.#closing && slot.child === child) this.startWorker(slot);
+    });
   }
 
   /** SIGKILL the producer, reap it, start a new one (it resumes from its journal). */

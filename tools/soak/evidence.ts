@@ -61,6 +61,8 @@ export interface Evidence {
   readonly spawns: Spawn[];
   readonly exits: Exit[];
   readonly faults: FaultRecord[];
+  /** Workers SIGKILLed after a SIGTERM they did not drain from in time: when, by pid. */
+  readonly termTimeouts: { pid: number; t: number }[];
   /** SIGCONTs sent, by pid. */
   readonly conts: Map<number, number[]>;
   readonly phases: Map<string, number>;
@@ -113,6 +115,7 @@ export function readEvidence(paths: SoakPaths, jobs: ReadonlySet<number> = new S
     spawns: [],
     exits: [],
     faults: [],
+    termTimeouts: [],
     conts: new Map(),
     phases: new Map(),
     sessions: new Map(),
@@ -133,6 +136,9 @@ export function readEvidence(paths: SoakPaths, jobs: ReadonlySet<number> = new S
     else if (r.ev === "fault") evidence.faults.push(r as unknown as FaultRecord);
     else if (r.ev === "phase") evidence.phases.set(r.phase as string, r.t as number);
     else if (r.ev === "cont") push(evidence.conts, r.pid as number, r.t as number);
+    else if (r.ev === "term-timeout") {
+      evidence.termTimeouts.push({ pid: r.pid as number, t: r.t as number });
+    }
   });
   for (const file of journals(paths.controllers)) {
     readJournal(file, (r) => {

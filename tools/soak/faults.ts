@@ -4,6 +4,7 @@
  * | kind | what happens |
  * |---|---|
  * | `worker-kill` | SIGKILL a worker process, reap it, start it again under the same name |
+ * | `worker-term` | SIGTERM a worker process: it drains (its running jobs, often a long one of 5–20 s, finish and are confirmed) and exits; then start it again under the same name. Nothing excuses a duplicate of it |
  * | `worker-stop` | SIGSTOP a worker process for 3–12 s, then SIGCONT |
  * | `controller-kill` | SIGKILL the controller, reap it, restart it on the same KV file and port |
  * | `tcp-cut` | drop every TCP connection of one worker at its proxy |
@@ -31,6 +32,8 @@ import type { FaultKind, FaultRecord } from "./records.ts";
 const BAG: readonly FaultKind[] = [
   "worker-kill",
   "worker-kill",
+  "worker-term",
+  "worker-term",
   "worker-stop",
   "worker-stop",
   "controller-kill",
@@ -44,6 +47,8 @@ const BAG: readonly FaultKind[] = [
 const SHARED_BAG: readonly FaultKind[] = [
   "worker-kill",
   "worker-kill",
+  "worker-term",
+  "worker-term",
   "worker-stop",
   "worker-stop",
   "instance-kill",
@@ -145,11 +150,11 @@ function applicable(cluster: Cluster, kind: FaultKind): boolean {
     case "instance-stop":
       return cluster.controllerReady;
     case "worker-stop":
-      return cluster.runningWorkers.some((slot) => slot.child?.running);
+      return cluster.runningWorkers.some((slot) => slot.child?.running && !slot.draining);
     case "producer-kill":
       return cluster.producer?.running === true;
     default:
-      return [...cluster.workers.values()].some((slot) => slot.child?.running);
+      return [...cluster.workers.values()].some((slot) => slot.child?.running && !slot.draining);
   }
 }
 
@@ -164,12 +169,20 @@ async function inject(
     journal.write(fault);
     return fault;
   };
-  const live = (slots: readonly WorkerSlot[]) => slots.filter((slot) => slot.child?.running);
+  // A draining worker is left alone: what happens to it is the graceful stop's alone.
+  const live = (slots: readonly WorkerSlot[]) =>
+    slots.filter((slot) => slot.child?.running && !slot.draining);
   switch (kind) {
     case "worker-kill": {
       const slot = plan.pick(live([...cluster.workers.values()]));
       const fault = record(slot.name, slot.child!.pid);
       await cluster.restartWorker(slot);
+      return fault;
+    }
+    case "worker-term": {
+      const slot = plan.pick(live([...cluster.workers.values()]));
+      const fault = record(slot.name, slot.child!.pid);
+      cluster.termWorker(slot);
       return fault;
     }
     case "worker-stop": {

@@ -30,9 +30,27 @@ export function hash(seed: number, text: string): number {
   return h;
 }
 
-/** How long the handler of `messageId` takes: 1..20 ms, fixed by the seed and the MessageID. */
+/** One job in this many is a long one (see {@linkcode handlerDelay}). */
+export const LONG_JOB_EVERY = 1000;
+/** A long job takes this long at least, ms, and at most {@linkcode LONG_JOB_MAX_MS}. */
+export const LONG_JOB_MIN_MS = 5000;
+/**
+ * The longest job, ms: past the controller's silence bound (8 s with the soak's settings), so a
+ * drain that went quiet would lose its job, and under the soak workers' 30 s drain time, so a
+ * graceful stop lets it finish.
+ */
+export const LONG_JOB_MAX_MS = 20_000;
+
+/**
+ * How long the handler of `messageId` takes, fixed by the seed and the MessageID: 1..20 ms, and
+ * for one job in {@linkcode LONG_JOB_EVERY} 5..20 s (a graceful stop, `worker-term`, then usually
+ * finds a worker in the middle of one).
+ */
 export function handlerDelay(seed: number, messageId: string): number {
-  return 1 + (prng(hash(seed, messageId))() * 20 | 0);
+  const random = prng(hash(seed, messageId));
+  const short = 1 + (random() * 20 | 0);
+  if (random() * LONG_JOB_EVERY >= 1) return short;
+  return LONG_JOB_MIN_MS + (random() * (LONG_JOB_MAX_MS - LONG_JOB_MIN_MS + 1) | 0);
 }
 
 /** An integer in [min, max] drawn from `random`. */

@@ -45,6 +45,8 @@ export type SoakRecord =
   }
   | FaultRecord
   | { ev: "cont"; name: string; pid: number; t: number }
+  /** A SIGTERMed worker had not exited by its drain deadline: it was SIGKILLed. */
+  | { ev: "term-timeout"; pid: number; t: number }
   | { ev: "drain"; complete: boolean; remaining: number; ms: number; t: number };
 
 /** The process roles. */
@@ -55,6 +57,7 @@ export type Runtime = "deno" | "bun";
 /** The kinds of fault the orchestrator injects with one controller. */
 export const FAULT_KINDS = [
   "worker-kill",
+  "worker-term",
   "worker-stop",
   "controller-kill",
   "tcp-cut",
@@ -63,6 +66,7 @@ export const FAULT_KINDS = [
 /** The kinds of fault the orchestrator injects with several instances (`--instances N`). */
 export const SHARED_FAULT_KINDS = [
   "worker-kill",
+  "worker-term",
   "worker-stop",
   "instance-kill",
   "instance-stop",

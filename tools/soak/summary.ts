@@ -108,6 +108,16 @@ export interface Summary {
     readonly endpointsRefused: number;
   };
   readonly faults: { readonly total: number; readonly byKind: Record<FaultKind, number> };
+  /** The graceful stops (`worker-term`): each SIGTERMed worker drains and exits by itself. */
+  readonly gracefulStops: {
+    readonly count: number;
+    /** Stops that found the worker running a long job (one of 5..20 s), which it finished. */
+    readonly duringLongJob: number;
+    /** The longest from SIGTERM to exit, ms. */
+    readonly worstDrainMs: number | null;
+    /** Workers that had not exited by the drain deadline and were SIGKILLed (the soak fails). */
+    readonly timedOut: number;
+  };
   readonly restarts: {
     readonly count: number;
     readonly worstMs: number | null;
@@ -172,12 +182,18 @@ export function summaryLine(summary: Summary): string {
   const worst = summary.restarts.worstMs === null
     ? "n/a"
     : `${Math.round(summary.restarts.worstMs)} ms`;
+  const g = summary.gracefulStops;
+  const graceful = g.count === 0
+    ? ""
+    : `, graceful stops ${g.count} (${g.duringLongJob} during a long job, worst drain ${
+      g.worstDrainMs === null ? "n/a" : `${Math.round(g.worstDrainMs)} ms`
+    })`;
   const verdict = summary.ok ? "ok" : `FAILED: ${summary.failures.join("; ")}`;
   return `soak: ${summary.accepted} accepted, ${summary.ran} ran, lost ${summary.lost}, ` +
     `duplicates ${d.total} (running ${d.running}, ack-delay ${d["ack-delay"]}, ` +
     `unconfirmed-at-controller-kill ${
       d["unconfirmed-at-controller-kill"]
     }, avoidable ${d.avoidable}), ` +
-    `faults ${summary.faults.total} (${kinds}), worst restart→delivery ${worst}${takeover} — ` +
+    `faults ${summary.faults.total} (${kinds})${graceful}, worst restart→delivery ${worst}${takeover} — ` +
     verdict;
 }

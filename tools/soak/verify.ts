@@ -18,6 +18,7 @@
 
 import type { Cause } from "./classify.ts";
 import { Classifier, CLOCK_SLACK_MS } from "./classify.ts";
+import { LONG_JOB_MIN_MS } from "./random.ts";
 import { readAcknowledgements, readEvidence } from "./evidence.ts";
 import { ALL_FAULT_KINDS, type FaultKind, messageId, type SoakPaths } from "./records.ts";
 import { Runs } from "./runs.ts";
@@ -171,6 +172,24 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
   );
   const windows = classifier.controllerKills.map((kill) => kill.fault.t - kill.durableBefore);
 
+  // Graceful stops: how long each drain took, and whether it had a long job to finish.
+  const terms = evidence.faults.filter((fault) => fault.kind === "worker-term");
+  const drains = terms.flatMap((fault) => {
+    const exit = evidence.exits.find((e) => e.pid === fault.pid);
+    return exit ? [exit.t - fault.t] : [];
+  }).sort((a, b) => a - b);
+  const longRunning = new Set<number>();
+  for (let run = 0; run < runs.count; run++) {
+    const pid = runs.endpoint(run).pid;
+    const start = runs.start(run);
+    const end = runs.end(run);
+    if (!(end - start >= LONG_JOB_MIN_MS)) continue;
+    for (const fault of terms) {
+      if (fault.pid === pid && start <= fault.t && end >= fault.t) longRunning.add(fault.t);
+    }
+  }
+  const termTimeouts = evidence.termTimeouts.length;
+
   const crashes = evidence.exits.filter((exit) => !exit.expected).map((exit) => ({
     role: exit.role,
     name: exit.name,
@@ -194,6 +213,7 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
   if (instances && instances.killsNotTakenOver > 0) {
     failures.push(`${instances.killsNotTakenOver} killed instances never taken over`);
   }
+  if (termTimeouts > 0) failures.push(`${termTimeouts} SIGTERMed workers did not drain in time`);
   if (crashes.length > 0) {
     failures.push(`${crashes.length} crashed processes (${crashes.map((c) => c.name).join(", ")})`);
   }
@@ -219,6 +239,12 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
       endpointsRefused: runs.refused,
     },
     faults: { total: evidence.faults.length, byKind },
+    gracefulStops: {
+      count: terms.length,
+      duringLongJob: longRunning.size,
+      worstDrainMs: drains.length > 0 ? round(drains[drains.length - 1]) : null,
+      timedOut: termTimeouts,
+    },
     restarts: {
       count: samples.length,
       worstMs: measured.length > 0 ? measured[measured.length - 1] : null,

@@ -121,6 +121,8 @@ const connection = connectWorker({
   producer: config.producer,
   name: config.name,
   concurrency: config.concurrency,
+  // Long enough for the longest job (`LONG_JOB_MAX_MS`): a graceful stop finishes it.
+  drainTimeout: 30_000,
   WebSocket: TappedWebSocket,
   handler: async (delivery) => {
     const id = delivery.messageId;

@@ -11,7 +11,7 @@
  * const producer = new BufferedProducer();
  * const controller = new WorkPullingController({ name: "jobs", producer });
  * await controller.start();
- * const server = serveDeno({ controller, producer, auth: { secret }, port: 0 });
+ * const server = await serveDeno({ controller, producer, auth: { secret }, port: 0 });
  * const token = await signToken(secret, { producer: "jobs", worker: "w1", expiresIn: 60_000 });
  * console.log(`connectWorker({ url: "${server.workersUrl}", token: "${token}", ... })`);
  * await server.close();

@@ -21,7 +21,7 @@ const controller = new WorkPullingController({
   reconnectGrace: 5_000, // a worker that reconnects within 5 s keeps its jobs
 });
 await controller.start();
-const server = serveDeno({ controller, producer, auth: { secret }, port: 0 });
+const server = await serveDeno({ controller, producer, auth: { secret }, port: 0 });
 console.log("serving", server.url.href);
 
 // A worker process with two endpoints (mailer#1, mailer#2), each its own binding.

@@ -31,7 +31,7 @@ export async function serveWorkpull(
   const serve = runtime === "deno"
     ? (await import("../../deno.ts")).serveDeno
     : (await import("../../bun.ts")).serveBun;
-  return serve({ controller, producer, auth: { secret: SECRET } });
+  return await serve({ controller, producer, auth: { secret: SECRET } });
 }
 
 /** Serve a job queue on 127.0.0.1, a free port, with the runtime's adapter. */
@@ -43,7 +43,7 @@ export async function serveJobQueue(queue: JobQueue): Promise<WorkpullServer> {
   const serve = runtime === "deno"
     ? (await import("../../deno.ts")).serveDeno
     : (await import("../../bun.ts")).serveBun;
-  return serve({ queue, auth: { secret: SECRET } });
+  return await serve({ queue, auth: { secret: SECRET } });
 }
 
 /**

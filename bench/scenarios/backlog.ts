@@ -59,7 +59,7 @@ async function workpullRound(jobs: number, window: number) {
   let worker: Child | undefined;
   try {
     await queue.start();
-    server = serveDeno({ queue, auth: { secret: SECRET } });
+    server = await serveDeno({ queue, auth: { secret: SECRET } });
     // Ingest: no worker connected.
     const token = await signToken(SECRET, { producer: "bench", expiresIn: 3_600_000 });
     const { command, args } = scriptCommand(runtime, repoPath("bench/scenarios/http_producer.ts"));

@@ -131,7 +131,7 @@ export async function openKvFile(path: string): Promise<KvFile> {
 export async function serveHere(options: ServeOptions): Promise<WorkpullServer> {
   if (runtime === "deno") {
     const { serveDeno } = await import("../net/deno.ts");
-    return serveDeno(options);
+    return await serveDeno(options);
   }
   if (runtime === "bun") {
     const { serveBun } = await import("../net/bun.ts");

@@ -24,7 +24,9 @@ export type NetEvent =
    * A request or upgrade was refused with 503 (`too-many-connections`: the server's total,
    * `too-many-from-address`: the client address's share) or 429 (`too-many-endpoints`: the
    * worker credential's share; `cooling-down`: the credential was caught flooding) before
-   * anything else happened.
+   * anything else happened; or a new TCP connection was dropped at once because
+   * `maxPendingHeads` connections were already waiting for their request heads
+   * (`too-many-pending-heads`, `serveDeno` and `serveNode`).
    */
   | {
     readonly kind: "connection-refused";
@@ -32,10 +34,15 @@ export type NetEvent =
       | "too-many-connections"
       | "too-many-from-address"
       | "too-many-endpoints"
-      | "cooling-down";
+      | "cooling-down"
+      | "too-many-pending-heads";
     readonly address: string | undefined;
     readonly worker: string | undefined;
   }
+  /** A connection sent no whole request head within `headTimeout`: dropped (`serveDeno`, `serveNode`). */
+  | { readonly kind: "head-timeout"; readonly address: string | undefined }
+  /** A request body did not arrive whole within `bodyTimeout`: answered 408, connection closed. */
+  | { readonly kind: "body-timeout"; readonly address: string | undefined }
   /**
    * The runtime failed to accept connections (on Deno: out of file descriptors). The server
    * logged it, sheds new connections for `retryIn` ms and then listens again.
@@ -60,9 +67,12 @@ export type NetEvent =
   /** A connection's credential failed its periodic re-check (revoked): closed with 4003. */
   | { readonly kind: "credential-revoked"; readonly worker: string | undefined }
   /**
-   * The connection's outbound backlog (`queuedBytes` waiting here plus `bufferedBytes` in the
-   * runtime) passed `maxBufferedBytes`, or the runtime dropped a frame: it was closed with 4000
-   * and its binding ended with reason "backpressure".
+   * The connection was dropped with 4000 and its binding ended with reason "backpressure": its
+   * outbound backlog (`queuedBytes` waiting here plus `bufferedBytes` in the runtime) passed
+   * `maxBufferedBytes`, or the runtime dropped a frame (`cause: "socket-limit"`, `limit` is
+   * `maxBufferedBytes`); or the backlogs of all sockets together passed `maxPinnedBytes` and
+   * this one had stalled longest (`"server-budget"`); or its backlog had not shrunk for 10 s, a
+   * peer that stopped reading (`"stalled"`; `limit` is `maxPinnedBytes` for both).
    */
   | {
     readonly kind: "backpressure";
@@ -70,6 +80,7 @@ export type NetEvent =
     readonly bufferedBytes: number;
     readonly queuedBytes: number;
     readonly limit: number;
+    readonly cause?: "socket-limit" | "server-budget" | "stalled";
   };
 
 /** Receives {@linkcode NetEvent}s. Exceptions it throws are logged and contained. */

@@ -35,6 +35,9 @@ import { type RawData, type WebSocket, WebSocketServer } from "ws";
 import { SUBPROTOCOL } from "../protocol/schemas.ts";
 import { buildWorkpullHono, DEFAULT_MAX_FRAME_BYTES, type WebSocketUpgrader } from "./app.ts";
 import { guard as guardAs } from "./safety.ts";
+import { guardConnections } from "./connection_guard.ts";
+import { loggedListener, report } from "./net_event.ts";
+import { watchAccepts } from "./accept_watchdog.ts";
 import { type Logger, loggerOption } from "../core/logger.ts";
 import {
   closeOnShutdown,
@@ -263,10 +266,22 @@ export function nodeWebSocket(options: NodeWebSocketOptions = {}): NodeWebSocket
  * await controller.close();
  * ```
  */
-export async function serveNode(options: ServeOptions): Promise<WorkpullServer> {
-  const listen = listenOptions("serveNode", options);
+export function serveNode(options: ServeOptions): Promise<WorkpullServer> {
+  return serveOverNodeHttp("serveNode", options);
+}
+
+/**
+ * Serve the app over the runtime's `node:http` server: `serveNode` on Node, and `serveDeno` on
+ * Deno, whose `node:http` gives each connection a socket that can be dropped (a WebSocket whose
+ * peer stopped reading, a head that never ends), which `Deno.serve` does not.
+ */
+export async function serveOverNodeHttp(
+  owner: string,
+  options: ServeOptions,
+): Promise<WorkpullServer> {
+  const listen = listenOptions(owner, options);
   const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
-  const logger = loggerOption("serveNode", options.logger);
+  const logger = loggerOption(owner, options.logger);
   const sockets = nodeWebSocket({
     idleTimeout: listen.idleTimeoutSeconds * 1000,
     maxPayloadLength: Math.max(4 * maxFrameBytes, 1024 * 1024),
@@ -280,9 +295,14 @@ export async function serveNode(options: ServeOptions): Promise<WorkpullServer> 
     })
   );
   const app = apps.build(options);
-  const root = servedRoot("serveNode", listen, app, options, apps.build, nodeClientAddress);
+  const root = servedRoot(owner, listen, app, options, apps.build, nodeClientAddress);
   // overrideGlobalObjects: false: serving must not replace the process's Request and Response.
   const server = createAdaptorServer({ fetch: root.fetch, overrideGlobalObjects: false });
+  const heads = guardConnections(server, {
+    headTimeout: listen.headTimeout,
+    maxPendingHeads: listen.maxPendingHeads,
+    onEvent: loggedListener(options.onEvent, logger),
+  });
   sockets.injectWebSocket(server, root);
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
@@ -292,20 +312,39 @@ export async function serveNode(options: ServeOptions): Promise<WorkpullServer> 
     });
   }).catch((error) => {
     sockets.close();
+    heads.close();
     throw new Error(
-      `Cannot serve with serveNode on ${listen.hostname}:${listen.port}: ${error.message}`,
+      `Cannot serve with ${owner} on ${listen.hostname}:${listen.port}: ${error.message}`,
       { cause: error },
     );
   });
   // A server error after listening (rare: the listening socket failed) must not end the process.
-  server.on("error", (error) => logger.error("the Node server failed", error));
+  server.on("error", (error) => logger.error("the HTTP server failed", error));
   const address = server.address();
   const port = typeof address === "object" && address ? address.port : listen.port;
   const { url, workersUrl } = serverUrls(listen.hostname, port, listen.basePath);
+  // Deno's node:http ends its accept loop silently when an accept fails (out of descriptors).
+  const stopWatching = "Deno" in globalThis
+    ? watchAccepts(server, {
+      port,
+      hostname: listen.hostname,
+      onDead(retryIn) {
+        const error = "its accept loop ended (out of file descriptors?)";
+        logger.error(
+          `the server stopped accepting connections (${error}); listening again in ${retryIn} ms`,
+        );
+        report(options.onEvent, { kind: "accept-failed", error, retryIn }, logger);
+      },
+      onRetry: (error, retryIn) =>
+        logger.error(`listening again failed (${String(error)}); next try in ${retryIn} ms`),
+    })
+    : () => {};
   const close = closeOnShutdown(listen, options, () =>
     new Promise<void>((resolve) => {
+      stopWatching();
       apps.closeDashboardStreams();
       sockets.close();
+      heads.close();
       server.close(() => resolve());
       // Idle keep-alive connections would hold close() open until they time out.
       (server as { closeAllConnections?: () => void }).closeAllConnections?.();

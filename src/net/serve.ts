@@ -46,6 +46,18 @@ export interface ServeOptions extends Omit<WorkpullAppOptions, "upgradeWebSocket
    */
   readonly httpIdleTimeout?: number;
   /**
+   * A TCP connection whose first request head has not arrived this long after it was accepted
+   * is dropped, ms (`serveDeno`, `serveNode`; Bun closes such connections itself after about
+   * 10 s). Default 10,000 (100..300,000).
+   */
+  readonly headTimeout?: number;
+  /**
+   * Connections waiting for their first request head at most (`serveDeno`, `serveNode`): past
+   * it a new connection is dropped at once, so heads trickled or never sent cannot hold every
+   * descriptor. Connections already serving are not affected. Default 512 (1..1,000,000).
+   */
+  readonly maxPendingHeads?: number;
+  /**
    * More workpull apps served on the same port, each under its own `basePath`: several flows
    * (each its own queue or controller and credentials) on one server. They share the listening
    * options; on a signal every one drains. Default: none.
@@ -79,6 +91,9 @@ export interface ListenOptions {
   readonly drainOnSignals: boolean;
   /** In whole seconds. */
   readonly httpIdleTimeoutSeconds: number;
+  /** ms. */
+  readonly headTimeout: number;
+  readonly maxPendingHeads: number;
 }
 
 /** Validate an idle timeout in ms (default 30 s) and round it up to whole seconds. */
@@ -101,6 +116,15 @@ export function listenOptions(owner: string, options: ServeOptions): ListenOptio
     httpIdleTimeoutSeconds: Math.ceil(
       durationOption(owner, "httpIdleTimeout", options.httpIdleTimeout, 10_000, 1000, 255_000) /
         1000,
+    ),
+    headTimeout: durationOption(owner, "headTimeout", options.headTimeout, 10_000, 100, 300_000),
+    maxPendingHeads: integerOption(
+      owner,
+      "maxPendingHeads",
+      options.maxPendingHeads,
+      512,
+      1,
+      1_000_000,
     ),
   };
 }

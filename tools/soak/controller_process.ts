@@ -119,7 +119,7 @@ announce({ ready: true, pid, session: controller.session });
 async function listen(): Promise<WorkpullServer> {
   for (let attempt = 1;; attempt++) {
     try {
-      return serveDeno({
+      return await serveDeno({
         controller,
         producer,
         auth: { secret: config.secret },

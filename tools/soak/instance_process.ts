@@ -133,7 +133,7 @@ announce({ ready: true, pid, session: controller.session, instance: store.instan
 async function listen(): Promise<WorkpullServer> {
   for (let attempt = 1;; attempt++) {
     try {
-      return serveDeno({
+      return await serveDeno({
         queue,
         auth: { secret: config.secret },
         hostname: "127.0.0.1",

@@ -45,6 +45,7 @@ const NODE_TESTS = [
   "cli.test.ts", // the workpull command on Node (as installed from npm): serve, worker, submit
   "graceful_close.test.ts", // a drain keeps its job: in process, over ws, a SIGTERMed worker
   "net_refused.test.ts", // a refused worker learns why and stops; the server logs it
+  "net_hostile_pinned.test.ts", // non-reading sockets dropped, slow heads and bodies cut
 ];
 /** How Node 22 runs TypeScript (tests/fixtures/net_support.ts spawns workers the same way). */
 const NODE_TS_FLAGS = ["--experimental-transform-types", "--no-warnings"];

@@ -311,6 +311,7 @@ test("socket link: a growing outbound buffer closes with 4000 (Deno-style buffer
     bufferedBytes: 120,
     queuedBytes: 0,
     limit: 100,
+    cause: "socket-limit",
   }]);
 });
 

@@ -46,13 +46,14 @@ import {
   originAllowed,
   type Route,
 } from "./auth.ts";
-import { readJsonBody } from "./json_body.ts";
+import { bodyRefused, readJsonBody } from "./json_body.ts";
 import { addJobRoutes } from "./job_routes.ts";
 import type { JobQueue } from "../backlog/job_queue.ts";
 import { resolveEdgeLimits } from "./limits.ts";
 import { loggedListener, type NetEventListener, report } from "./net_event.ts";
 import { RefusalLog } from "./refusal_log.ts";
 import { socketEvents } from "./socket_link.ts";
+import { OutboundBudget } from "./outbound_budget.ts";
 import { runtimeFromUserAgent } from "./user_agent.ts";
 import { addDashboardRoutes } from "../dashboard/routes.ts";
 import { type DashboardOptions, resolveDashboardOptions } from "../dashboard/options.ts";
@@ -120,12 +121,25 @@ export interface WorkpullAppOptions {
    * holds unconfirmed, so only a worker that stops reading reaches it.
    */
   readonly maxBufferedBytes?: number;
+  /**
+   * What all WebSockets together may hold unsent (their outbound backlogs), bytes: past it, the
+   * sockets whose peers stopped reading longest are dropped (4000). Default 16 MiB (1 MiB..1 TiB):
+   * what sits unsent costs the process several times its size (the frame, its encoded copy,
+   * the runtime's write buffer), measured 127 MB of RSS at the peak with 16 MiB, 268 MB with
+   * 64 MiB (`docs/SECURITY.md`).
+   */
+  readonly maxPinnedBytes?: number;
   /** Largest `POST /jobs` body, bytes; checked before it is read. Default 8 MiB. */
   readonly maxBodyBytes?: number;
   /** Most jobs in one `POST /jobs`; counted before the body is parsed. Default 1000 (1..10,000). */
   readonly maxJobsPerRequest?: number;
   /** Deepest nesting of arrays and objects in a `POST /jobs` payload. Default 64 (1..10,000). */
   readonly maxPayloadDepth?: number;
+  /**
+   * A request body (`POST /jobs`) that has not arrived whole this long after it began to be read
+   * is refused with `408 body-timeout` and its connection closed, ms. Default 10,000.
+   */
+  readonly bodyTimeout?: number;
   /** Connections (HTTP requests being answered and open WebSockets) in total. Default 10,000. */
   readonly maxConnections?: number;
   /** Connections from one client address (see `clientAddress`). Default 1,000. */
@@ -344,6 +358,9 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
     3_600_000,
   );
   const limits = resolveEdgeLimits(options);
+  const budget = new OutboundBudget(
+    integerOption(OWNER, "maxPinnedBytes", options.maxPinnedBytes, 16 << 20, 1 << 20, 2 ** 40),
+  );
   const admission = new Admission(limits);
   const dashboard = resolveDashboardOptions(OWNER, options.dashboard);
   const metricsRoute = resolveMetricsOptions(OWNER, options.metrics);
@@ -411,6 +428,12 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
   ) => {
     report(onEvent, { kind: "connection-refused", reason, address, worker });
     const perWorker = reason === "too-many-endpoints" || reason === "cooling-down";
+    const detail = reason === "too-many-endpoints"
+      ? `worker ${worker} holds ${limits.maxEndpointsPerWorker} sockets (maxEndpointsPerWorker)`
+      : reason === "cooling-down"
+      ? `worker ${worker} was closed for flooding; cooling down`
+      : reason;
+    refusals.refused(worker === undefined ? "a connection" : "a worker's upgrade", detail, address);
     c.header(
       "Retry-After",
       reason === "cooling-down" ? String(Math.ceil(limits.floodCooldown / 1000)) : "1",
@@ -437,7 +460,7 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
       }
       await next();
     } finally {
-      // An accepted upgrade keeps its places until the socket closes (socketEvents' onFinish).
+      // An accepted upgrade keeps its places until its connection is gone (socketEvents' onGone).
       if (c.res.status >= 300 || !upgraded.has(c.req.raw)) releaseAll(held);
     }
   });
@@ -483,6 +506,7 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
       return socketEvents((link) => controller.attach(link, identity), {
         maxFrameBytes,
         maxBufferedBytes,
+        budget,
         frameRate: limits.frameRate,
         frameBurst: limits.frameBurst,
         takeSharedFrame: sharedFrames.get(request),
@@ -506,7 +530,9 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
           if (abusive && worker !== undefined) admission.coolDown(worker, limits.floodCooldown);
           report(onEvent, event);
         },
-        onFinish: () => releaseAll(held),
+        // The places are given back when the connection is gone, not when the edge closed it:
+        // a peer that does not read keeps its socket (and its memory) until the runtime drops it.
+        onGone: () => releaseAll(held),
         logger,
       });
     }),
@@ -532,6 +558,7 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
         maxBytes: maxBodyBytes,
         maxDepth: limits.maxPayloadDepth + ENVELOPE_DEPTH,
         maxItems: maxJobs,
+        timeout: limits.bodyTimeout,
       },
     });
   }
@@ -575,8 +602,9 @@ export function buildWorkpullHono(options: WorkpullAppOptions): Hono {
           maxDepth: limits.maxPayloadDepth + ENVELOPE_DEPTH,
           countKey: "jobs",
           maxItems: maxJobs,
+          timeout: limits.bodyTimeout,
         });
-        if (!parsed.ok) return c.json(parsed.body, parsed.status);
+        if (!parsed.ok) return bodyRefused(c, parsed);
         const batch = "jobs" in parsed.value;
         const jobs: SubmitJob[] = "jobs" in parsed.value ? parsed.value.jobs : [parsed.value];
         const tooLarge = jobs.findIndex((job) =>

@@ -32,7 +32,7 @@ import type { JobInfo } from "../lifecycle/job_record.ts";
 import type { Logger } from "../core/logger.ts";
 import { MAX_ID_LENGTH } from "../protocol/schemas.ts";
 import { QueueFencedError } from "../queue/work_queue.ts";
-import { type JsonBodyLimits, readJsonBody } from "./json_body.ts";
+import { bodyRefused, type JsonBodyLimits, readJsonBody } from "./json_body.ts";
 
 /** What the job routes need from the app. */
 export interface JobRoutesOptions {
@@ -88,7 +88,7 @@ export function addJobRoutes(app: Hono, options: JobRoutesOptions): void {
 
   app.post("/jobs", guard("jobs"), async (c) => {
     const parsed = await readJsonBody(c.req.raw, Body, { ...options.body, countKey: "jobs" });
-    if (!parsed.ok) return c.json(parsed.body, parsed.status);
+    if (!parsed.ok) return bodyRefused(c, parsed);
     const batch = "jobs" in parsed.value;
     const jobs: JobBody[] = "jobs" in parsed.value ? parsed.value.jobs : [parsed.value];
     let receipts;

@@ -6,6 +6,8 @@
  *    without asking first; a JSON one needs a CORS preflight) — else 415;
  * 2. a declared `Content-Length` over the limit is refused before a byte is read, and the body
  *    stream is cut as soon as it passes the limit (chunked bodies declare nothing) — 413;
+ *    a body that has not arrived whole within `timeout` (a client trickling it, to hold the
+ *    request open) is cut too — 408, and the route closes the connection;
  * 3. every chunk is scanned as it arrives ({@linkcode JsonScanner}) for nesting depth and,
  *    optionally, the number of items of one top-level array, and reading stops at the first
  *    chunk that passes a limit — 400 / 413 — so neither the rest of the body nor `JSON.parse`
@@ -19,6 +21,7 @@
  * @module
  */
 
+import type { Context } from "hono";
 import * as v from "valibot";
 import { JsonScanner } from "./json_shape.ts";
 
@@ -32,19 +35,22 @@ export interface JsonBodyLimits {
   readonly countKey?: string;
   /** ...and refuse a body with more (413). */
   readonly maxItems?: number;
+  /** Refuse a body that has not arrived whole this many ms after reading began (408). Default: none. */
+  readonly timeout?: number;
 }
 
 /** A refused body: the status and JSON answer to send. */
 export interface JsonBodyRefusal {
   /** Always false. */
   readonly ok: false;
-  /** 400 (malformed or invalid), 413 (too large, too many items) or 415 (not JSON). */
-  readonly status: 400 | 413 | 415;
+  /** 400 (malformed or invalid), 408 (too slow), 413 (too large, too many items) or 415 (not JSON). */
+  readonly status: 400 | 408 | 413 | 415;
   /** The JSON answer: `{ error, detail?, limit? }`, never echoing the body. */
   readonly body: {
     readonly error:
       | "unsupported-media-type"
       | "body-too-large"
+      | "body-timeout"
       | "too-many-items"
       | "too-deep"
       | "malformed-json"
@@ -63,7 +69,8 @@ export type JsonBodyResult<T> = { readonly ok: true; readonly value: T } | JsonB
  *
  * @example
  * ```ts
- * import * as v from "valibot";
+ * import type { Context } from "hono";
+import * as v from "valibot";
  * import { readJsonBody } from "./json_body.ts";
  *
  * const schema = v.strictObject({ jobs: v.array(v.unknown()) });
@@ -122,9 +129,22 @@ async function readText(
   const scanner = new JsonScanner(limits);
   const chunks: Uint8Array[] = [];
   let size = 0;
+  const timeout = limits.timeout;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = timeout === undefined ? undefined : new Promise<"late">((resolve) => {
+    timer = setTimeout(() => resolve("late"), timeout);
+  });
   try {
     for (;;) {
-      const { done, value } = await reader.read();
+      const read = late ? await Promise.race([reader.read(), late]) : await reader.read();
+      if (read === "late") {
+        reader.cancel().catch(() => {});
+        return refuse(408, "body-timeout", {
+          limit: timeout,
+          detail: `the body did not arrive within ${timeout} ms`,
+        });
+      }
+      const { done, value } = read;
       if (done) break;
       size += value.byteLength;
       const violation = size > maxBytes ? "too-large" : scanner.push(value);
@@ -139,6 +159,8 @@ async function readText(
     }
   } catch {
     return refuse(400, "malformed-json", { detail: "the body could not be read" });
+  } finally {
+    clearTimeout(timer);
   }
   const bytes = chunks.length === 1 ? chunks[0] : new Uint8Array(size);
   if (chunks.length !== 1) {
@@ -161,4 +183,19 @@ function refuse(
   extra: { detail?: string; limit?: number } = {},
 ): JsonBodyRefusal {
   return { ok: false, status, body: { error, ...extra } };
+}
+
+/**
+ * The answer to a refused body. A body that came too slowly also closes the connection: its
+ * client may still be trickling the rest, which the server would otherwise go on receiving.
+ *
+ * @example
+ * ```ts ignore
+ * const parsed = await readJsonBody(c.req.raw, schema, limits);
+ * if (!parsed.ok) return bodyRefused(c, parsed);
+ * ```
+ */
+export function bodyRefused(c: Context, refusal: JsonBodyRefusal): Response {
+  if (refusal.status === 408) c.header("Connection", "close");
+  return c.json(refusal.body, refusal.status);
 }

@@ -29,6 +29,7 @@ export interface EdgeLimits {
   readonly registrationTimeout: number;
   readonly recheckInterval: number;
   readonly maxPayloadDepth: number;
+  readonly bodyTimeout: number;
 }
 
 /** The edge-limit options (a subset of the app's options). */
@@ -43,6 +44,7 @@ export interface EdgeLimitOptions {
   readonly registrationTimeout?: number;
   readonly recheckInterval?: number;
   readonly maxPayloadDepth?: number;
+  readonly bodyTimeout?: number;
 }
 
 /** The default of each edge limit. */
@@ -57,6 +59,7 @@ export const EDGE_LIMIT_DEFAULTS: EdgeLimits = {
   registrationTimeout: 10_000,
   recheckInterval: 60_000,
   maxPayloadDepth: 64,
+  bodyTimeout: 10_000,
 };
 
 const OWNER = "the workpull app";
@@ -140,5 +143,6 @@ export function resolveEdgeLimits(options: EdgeLimitOptions): EdgeLimits {
       1,
       10_000,
     ),
+    bodyTimeout: durationOption(OWNER, "bodyTimeout", options.bodyTimeout, d.bodyTimeout, 1, HOUR),
   };
 }

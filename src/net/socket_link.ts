@@ -22,11 +22,15 @@
  *   which ends the binding with reason "backpressure" and requeues its jobs. The queue is then
  *   dropped: a peer that never reads pins at most `writeHighWater` in the runtime (Deno keeps a
  *   closed socket's unsent data until the peer goes away; it has no way to abort a socket).
+ *   All the app's sockets also share one budget (`budget`, `maxPinnedBytes`): past it, the
+ *   sockets whose backlog stalled longest are dropped the same way, and so is a socket whose
+ *   backlog has not shrunk for 10 s whatever the total (`outbound_budget.ts`).
  * - **No escaping exceptions**: every handler is wrapped (on Deno an exception escaping
  *   `onMessage` ends the process).
  * - **Closed exactly once**: the receiver's `closed` is called once, at the first of: the
  *   controller closing the link, this edge closing it, or the socket's close event; `onFinish`
- *   follows, and every timer is cleared.
+ *   follows, and every timer is cleared. `onGone` waits for the runtime's close event: a socket
+ *   is counted against its caps (admission) until its connection is really gone.
  *
  * Per-connection state lives in the closure of {@linkcode socketEvents}; Hono's `WSContext` is
  * only used to reach the runtime socket (Bun makes a new context per event; `raw` is stable).
@@ -41,6 +45,7 @@ import { type NetEventListener, report } from "./net_event.ts";
 import { closeReason, guard as guardAs } from "./safety.ts";
 import { defaultLogger, type Logger } from "../core/logger.ts";
 import { TokenBucket } from "./token_bucket.ts";
+import type { OutboundBudget } from "./outbound_budget.ts";
 
 /** What the edge needs from a server-side socket, whatever the runtime. */
 export interface ServerSocket {
@@ -128,10 +133,21 @@ export interface SocketLinkOptions {
   readonly worker?: string;
   /** What the peer runs on (from the upgrade's `User-Agent`), passed on as `Link.runtime`. */
   readonly runtime?: string;
+  /**
+   * The budget this socket's backlog shares with the app's other sockets (`maxPinnedBytes`):
+   * when the total passes it, the sockets stalled longest are dropped. Default: none.
+   */
+  readonly budget?: OutboundBudget;
   /** Receives reports of refused frames and the connections this edge closed. */
   readonly onEvent?: NetEventListener;
-  /** Called once when the connection is finished, however it ended. */
+  /** Called once when the link is finished, however it ended (this edge may still be closing the socket). */
   readonly onFinish?: () => void;
+  /**
+   * Called once when the runtime reports the socket closed (the close handshake finished, or
+   * the connection was dropped), or the upgrade failed: what the connection held is free only
+   * then. A socket this edge closed whose peer never reads is not gone until the runtime drops it.
+   */
+  readonly onGone?: () => void;
   /** Where contained failures are reported. Default: `console.error`. */
   readonly logger?: Logger;
 }
@@ -176,6 +192,13 @@ export function socketEvents(
   let queued = 0;
   const timers: ReturnType<typeof setTimeout>[] = [];
   let drainTimer: ReturnType<typeof setTimeout> | undefined;
+  let leaveBudget: (() => void) | undefined;
+  let gone = false;
+  const goneNow = () => {
+    if (gone) return;
+    gone = true;
+    if (options.onGone) guard(options.onGone);
+  };
 
   /** The link is gone: tell the receiver, once, and stop every timer. */
   const finish = (code: number, reason: string) => {
@@ -185,6 +208,7 @@ export function socketEvents(
     queued = 0;
     clearTimeout(drainTimer);
     for (const timer of timers) clearTimeout(timer);
+    leaveBudget?.();
     const target = receiver;
     if (target) guard(() => target.closed(code, reason));
     if (options.onFinish) guard(options.onFinish);
@@ -201,6 +225,7 @@ export function socketEvents(
       bufferedBytes: socket?.bufferedAmount() ?? 0,
       queuedBytes: queued,
       limit: maxBufferedBytes,
+      cause: "socket-limit",
     });
     shut(CloseCode.backpressure, "outbound buffer limit exceeded", true);
   };
@@ -274,6 +299,27 @@ export function socketEvents(
       guard(() => {
         if (socket || closed) return;
         socket = serverSocketOf(ws);
+        const open = socket;
+        leaveBudget = options.budget?.join({
+          pinned: () => queued + open.bufferedAmount(),
+          drop: (cause, total) => {
+            report(onEvent, {
+              kind: "backpressure",
+              worker,
+              bufferedBytes: open.bufferedAmount(),
+              queuedBytes: queued,
+              limit: options.budget!.limit,
+              cause,
+            });
+            shut(
+              CloseCode.backpressure,
+              cause === "stalled"
+                ? "the peer stopped reading: nothing sent was taken for 10 s"
+                : `the server's outbound budget is spent (${total} bytes unsent); this socket stalled longest`,
+              true,
+            );
+          },
+        });
         if (options.expiresAt !== undefined) watchExpiry(options.expiresAt);
         if (options.recheck) watchCredential(options.recheck, options.recheckInterval ?? 60_000);
         const deadline = options.registrationTimeout;
@@ -319,13 +365,17 @@ export function socketEvents(
           });
         }
         finish(event.code, event.reason);
+        goneNow();
       });
     },
     onError() {
       // After an open, a close event follows. Before it (Deno: the upgrade failed) none will:
       // finish here so the connection's places are given back.
       guard(() => {
-        if (!socket) finish(1006, "the upgrade failed");
+        if (!socket) {
+          finish(1006, "the upgrade failed");
+          goneNow();
+        }
       });
     },
   };

@@ -69,8 +69,7 @@ export type JsonBodyResult<T> = { readonly ok: true; readonly value: T } | JsonB
  *
  * @example
  * ```ts
- * import type { Context } from "hono";
-import * as v from "valibot";
+ * import * as v from "valibot";
  * import { readJsonBody } from "./json_body.ts";
  *
  * const schema = v.strictObject({ jobs: v.array(v.unknown()) });

@@ -18,6 +18,10 @@ export interface AttackContext {
   readonly until: number;
   /** 1 for the full soak; smaller for the short CI run. */
   readonly scale: number;
+  /** The server's body deadline (`bodyTimeout`), ms. */
+  readonly bodyTimeout: number;
+  /** The server's head deadline (`headTimeout`), ms. */
+  readonly headTimeout: number;
 }
 
 /** What an attack did and saw, by counter name. */
@@ -419,6 +423,203 @@ export const badCredentials: Attack = async (context) => {
   return counts;
 };
 
+/** Register `name` over a raw socket; resolves with the session, or undefined. */
+async function registerRaw(peer: RawSocket, name: string, nonce: string) {
+  peer.send(JSON.stringify({
+    type: "register",
+    producer: "jobs",
+    worker: name,
+    incarnation: crypto.randomUUID(),
+    nonce,
+    resendInterval: 2000,
+  }));
+  const deadline = Date.now() + 5000;
+  while (Date.now() < deadline && !peer.closed) {
+    for (const message of peer.messages) {
+      const frame = JSON.parse(message);
+      if (frame.type === "registered") return frame.session as string;
+    }
+    await sleep(10);
+  }
+  return undefined;
+}
+
+/**
+ * Whether the server closed `peer`'s TCP connection: resume reading, and wait up to `ms` for
+ * the end of the stream or a reset (a peer that was not reading sees neither until it reads).
+ */
+function closedByServer(peer: RawSocket, ms: number): Promise<boolean> {
+  if (peer.closed) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), ms);
+    peer.tcp.once("close", () => (clearTimeout(timer), resolve(true)));
+    peer.tcp.resume();
+  });
+}
+
+/**
+ * Never-reading sockets from one worker token that ask for their jobs again and again (issue
+ * 56): `100 × scale` of them (at least 10) register, take a window of `200 / scale` (at most
+ * 2,000: fewer sockets, as much to resend) and send `request { resend: true }` every 50 ms
+ * without reading a byte. The server must drop them,
+ * TCP connection and all: at the end each is checked from this side (`stillOpen` must be 0).
+ */
+export const resendSpam: Attack = async (context) => {
+  const counts: AttackCounts = {};
+  const token = await workerToken(context, "spammer");
+  const peers: RawSocket[] = [];
+  const timers: ReturnType<typeof setInterval>[] = [];
+  await Promise.all(
+    Array.from({ length: Math.max(10, Math.round(100 * context.scale)) }, async (_, i) => {
+      const upgrade = await RawSocket.connect(context.port, "/workers", {
+        "Sec-WebSocket-Protocol": `workpull.v1, ${token}`,
+      });
+      if (!upgrade.socket) return void count(counts, `status${upgrade.status}`);
+      const peer = upgrade.socket;
+      peers.push(peer);
+      const nonce = crypto.randomUUID();
+      const session = await registerRaw(peer, `spammer#${i}`, nonce);
+      if (!session) return void count(counts, "unregistered");
+      count(counts, "registered");
+      peer.stopReading();
+      const request = JSON.stringify({
+        type: "request",
+        session,
+        nonce,
+        confirmed: 0,
+        upTo: Math.min(2000, Math.round(200 / Math.max(context.scale, 0.1))),
+        resend: true,
+      });
+      timers.push(setInterval(() => peer.send(request), 50));
+    }),
+  );
+  while (alive(context)) await sleep(100);
+  for (const timer of timers) clearInterval(timer);
+  count(counts, "closedDuring", peers.filter((peer) => peer.closed).length);
+  const closed = await Promise.all(peers.map((peer) => closedByServer(peer, 3000)));
+  count(counts, "stillOpen", closed.filter((c) => !c).length);
+  for (const peer of peers) peer.destroy();
+  return counts;
+};
+
+/**
+ * `500 × scale` upgrades (at least 20) at once with one worker token (issue 56): at most the
+ * credential's cap may be served (`status101`), the rest refused with 429; held until the end.
+ */
+export const upgradeStorm: Attack = async (context) => {
+  const counts: AttackCounts = {};
+  const token = await workerToken(context, "stormer");
+  const peers: RawSocket[] = [];
+  await Promise.all(
+    Array.from({ length: Math.max(20, Math.round(500 * context.scale)) }, async () => {
+      const upgrade = await RawSocket.connect(context.port, "/workers", {
+        "Sec-WebSocket-Protocol": `workpull.v1, ${token}`,
+      });
+      count(counts, `status${upgrade.status}`);
+      if (upgrade.socket) peers.push(upgrade.socket);
+    }),
+  );
+  while (alive(context)) await sleep(100);
+  for (const peer of peers) peer.destroy();
+  return counts;
+};
+
+/**
+ * Bodies trickled a byte at a time (issue 56): `200 × scale` (at least 10) `POST /jobs` with a
+ * valid client token that declare 10,000 bytes and send one every second. Each must be closed
+ * by the server within its body deadline (`context.bodyTimeout`, the server's `bodyTimeout`) plus
+ * 2 s: `closedInTime`, else `closedLate` or `stillOpen`.
+ */
+export const trickleBodies: Attack = async (context) => {
+  const counts: AttackCounts = {};
+  const token = await clientToken(context);
+  const deadline = context.bodyTimeout + 2000;
+  await Promise.all(
+    Array.from(
+      { length: Math.max(10, Math.round(200 * context.scale)) },
+      () =>
+        new Promise<void>((resolve) => {
+          const started = Date.now();
+          const socket = net.connect(context.port, "127.0.0.1");
+          let answer = "";
+          const timer = setInterval(() => socket.write("x"), 1000);
+          let finished = false;
+          const done = (key: string) => {
+            if (finished) return;
+            finished = true;
+            clearInterval(timer);
+            clearTimeout(giveUp);
+            count(counts, key);
+            socket.destroy();
+            resolve();
+          };
+          const giveUp = setTimeout(() => done("stillOpen"), Math.max(deadline + 1000, 0));
+          socket.on("error", () => {});
+          socket.on("data", (chunk: Uint8Array) => (answer += new TextDecoder().decode(chunk)));
+          socket.on("close", () => {
+            const status = answer.match(/^HTTP\/1\.1 (\d+)/)?.[1] ?? "none";
+            if (!finished) count(counts, `status${status}`);
+            done(Date.now() - started <= deadline ? "closedInTime" : "closedLate");
+          });
+          socket.on("connect", () => {
+            socket.write(
+              `POST /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${token}\r\n` +
+                "Content-Type: application/json\r\nContent-Length: 10000\r\n\r\n{",
+            );
+          });
+        }),
+    ),
+  );
+  return counts;
+};
+
+/**
+ * Heads trickled a line at a time, and silent connections (issue 56): `1,000 × scale` of each
+ * (at least 20). A trickler sends an upgrade's request line, then one header line a second. Each
+ * must be closed by the server within its head deadline (`context.headTimeout`) plus 3 s
+ * (`closedInTime`), or dropped at once when the server's budget of pending heads is spent (also
+ * `closedInTime`); else `closedLate` or `stillOpen`; each counted under `trickling.` or `silent.`.
+ */
+export const trickleHeads: Attack = async (context) => {
+  const counts: AttackCounts = {};
+  const deadline = context.headTimeout + 3000;
+  const each = Math.max(20, Math.round(1000 * context.scale));
+  const one = (trickle: boolean) =>
+    new Promise<void>((resolve) => {
+      const started = Date.now();
+      const socket = net.connect(context.port, "127.0.0.1");
+      let timer: ReturnType<typeof setInterval> | undefined;
+      let finished = false;
+      const done = (key: string) => {
+        if (finished) return;
+        finished = true;
+        clearInterval(timer);
+        clearTimeout(giveUp);
+        count(counts, `${trickle ? "trickling" : "silent"}.${key}`);
+        socket.destroy();
+        resolve();
+      };
+      const giveUp = setTimeout(() => done("stillOpen"), deadline + 1000);
+      socket.on("error", () => {});
+      socket.on("close", () =>
+        done(Date.now() - started <= deadline ? "closedInTime" : "closedLate"));
+      socket.on("connect", () => {
+        if (!trickle) {
+          return;
+        }
+        socket.write("GET /workers HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+        let line = 0;
+        timer = setInterval(() =>
+          socket.write(`X-Trickle-${line++}: 1\r\n`), 1000);
+      });
+    });
+  await Promise.all([
+    ...Array.from({ length: each }, () => one(true)),
+    ...Array.from({ length: each }, () => one(false)),
+  ]);
+  return counts;
+};
+
 /** No attack at all: calibrates how much throughput and memory drift on their own. */
 export const baseline: Attack = async (context) => {
   while (alive(context)) await sleep(100);
@@ -436,6 +637,10 @@ export const ATTACKS: Readonly<Record<string, Attack>> = {
   "oversized-frames": oversizedFrames,
   "no-read": noRead,
   "bad-credentials": badCredentials,
+  "resend-spam": resendSpam,
+  "upgrade-storm": upgradeStorm,
+  "trickle-bodies": trickleBodies,
+  "trickle-heads": trickleHeads,
 };
 
 /** Attacks that exist but are not run unless named (`--only`). */

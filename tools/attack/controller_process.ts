@@ -60,7 +60,7 @@ const options: ServeOptions = {
   ...config.serve,
 };
 const server: WorkpullServer = "Deno" in globalThis
-  ? (await import("../../deno.ts")).serveDeno(options)
+  ? await (await import("../../deno.ts")).serveDeno(options)
   : (await import("../../bun.ts")).serveBun(options);
 
 let submitted = 0;
@@ -82,9 +82,16 @@ function feed(): void {
 }
 const feeder = setInterval(feed, 5);
 
+let lastMemory = { rss: 0, heapUsed: 0 };
+/** RSS and heap; the last reading when there is none (Bun reads /proc: out of descriptors, it throws). */
 function memory() {
-  const usage = process.memoryUsage();
-  return { rss: usage.rss, heapUsed: usage.heapUsed };
+  try {
+    const usage = process.memoryUsage();
+    lastMemory = { rss: usage.rss, heapUsed: usage.heapUsed };
+  } catch {
+    // keep the last reading
+  }
+  return lastMemory;
 }
 
 const stats = setInterval(() => {

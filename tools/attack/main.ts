@@ -46,6 +46,11 @@ on success.
   --min-throughput P   honest throughput during an attack, % of before (default 80)
   --max-rss-growth P   RSS after an attack of the last round, % above the highest RSS after an
                        attack of the earlier rounds, or the start with one round (default 20)
+  --max-pinned MB      resend-spam: RSS growth during the attack at most (default 150), and
+                       back within a third of that (garbage collected) 30 s after it started
+  --max-p99 MS         trickle-bodies, trickle-heads: the honest client's p99 round trip
+                       (GET /stats every 20 ms) during the attack (default 50)
+  --serve JSON         extra server options (limits), e.g. '{"maxPinnedBytes":16777216}'
   --short              small, quick numbers (the CI run)
   --json               also print every measurement as JSON on stdout
   --help               this text
@@ -63,6 +68,9 @@ const { values } = parseArgs({
     "fd-limit": { type: "string" },
     "min-throughput": { type: "string" },
     "max-rss-growth": { type: "string" },
+    "max-pinned": { type: "string" },
+    "max-p99": { type: "string" },
+    serve: { type: "string" },
     short: { type: "boolean" },
     json: { type: "boolean" },
     help: { type: "boolean" },
@@ -91,11 +99,29 @@ const rounds = Math.max(1, Math.floor(numberFlag("rounds", values.rounds, short 
 const fdLimit = numberFlag("fd-limit", values["fd-limit"], 1024);
 const minThroughput = numberFlag("min-throughput", values["min-throughput"], 80) / 100;
 const maxRssGrowth = numberFlag("max-rss-growth", values["max-rss-growth"], 20) / 100;
+const maxPinned = numberFlag("max-pinned", values["max-pinned"], 150) * 1e6;
+const maxP99 = numberFlag("max-p99", values["max-p99"], 50);
+/** The server's deadlines: its defaults, or short ones for the short run's short attacks. */
+const bodyTimeout = short ? 2000 : 10_000;
+const headTimeout = short ? 2000 : 10_000;
+/**
+ * Attacks that need longer than `--seconds` to show what they must: 30 s for resend-spam's memory
+ * check; in the short run, long enough for a smaller budget (below) to drop every socket.
+ */
+const MINIMUM_SECONDS: Record<string, number> = { "resend-spam": short ? 6 : 35 };
+/**
+ * The worker credential's socket cap (`maxEndpointsPerWorker`): the default, or in the short run
+ * (whose upgrade storm is 50 sockets) 8, with a budget of unsent bytes to match its few sockets.
+ */
+const CREDENTIAL_CAP = short ? 8 : 64;
+const shortLimits = short ? { maxEndpointsPerWorker: CREDENTIAL_CAP, maxPinnedBytes: 1 << 20 } : {};
 const target = (values.runtime ?? "deno") as Runtime;
 if (target !== "deno" && target !== "bun") {
   process.stderr.write(`--runtime must be deno or bun, got ${values.runtime}\n`);
   process.exit(2);
 }
+/** What the attacker holds the server to for heads: Bun's own fixed timeout (measured ~12 s). */
+const headDeadline = target === "bun" ? 12_000 : headTimeout;
 const names = values.only
   ? values.only.split(",").map((name) => name.trim())
   : Object.keys(ATTACKS);
@@ -124,6 +150,20 @@ interface AttackResult {
   readonly heap: number;
   readonly counts: Record<string, number>;
   readonly refusals: Record<string, number>;
+  /**
+   * RSS just before the attack (as last reported), its highest during it, and 30 s after it
+   * started, garbage collected (against the settled RSS before it; only when it lasted 30 s).
+   */
+  readonly rssBefore: number;
+  readonly rssPeak: number;
+  readonly rssAt30: number;
+  /** The attack lasted 30 s or more. */
+  readonly lasted30: boolean;
+  /** The honest client's p99 round trip before and during the attack, ms. */
+  readonly p99Before: number;
+  readonly p99During: number;
+  /** What this attack must show beyond throughput and memory, and what it showed. */
+  readonly failures: readonly string[];
 }
 
 /**
@@ -152,6 +192,18 @@ function spawnScript(
 
 /** Honest progress reports: (time, processed) pairs. */
 const progress: { t: number; processed: number; frames: number }[] = [];
+/** The honest client's round trips: [sent at, ms]. */
+const probes: [number, number][] = [];
+/** The controller's RSS as it reports it: [time, bytes]. */
+const rssSamples: [number, number][] = [];
+
+/** The 99th percentile of the honest round trips sent between `from` and `to`, ms. */
+function p99(from: number, to: number): number {
+  const inside = probes.filter(([t]) => t >= from && t <= to).map(([, ms]) => ms);
+  if (inside.length === 0) return 0;
+  inside.sort((a, b) => a - b);
+  return inside[Math.min(inside.length - 1, Math.floor(inside.length * 0.99))];
+}
 
 /** Jobs per second the honest worker processed between `from` and `to` (ms since epoch). */
 function throughput(from: number, to: number): number {
@@ -175,6 +227,12 @@ async function main(): Promise<boolean> {
     backlog: 4000,
     payloadPadding: 64,
     statsEvery: 250,
+    serve: {
+      bodyTimeout,
+      headTimeout,
+      ...shortLimits,
+      ...(values.serve ? JSON.parse(values.serve) : {}),
+    },
   };
   const controller = spawnScript(
     "controller",
@@ -195,6 +253,7 @@ async function main(): Promise<boolean> {
     if (report.ev !== "stats") return;
     refusals = report.net as Record<string, number>;
     pending = Number(report.pending);
+    rssSamples.push([Number(report.t), Number(report.rss)]);
   });
 
   const honestConfig: HonestConfig = {
@@ -206,6 +265,7 @@ async function main(): Promise<boolean> {
     jobMs: 1,
     tokenLifetime: 600_000,
     reportEvery: 250,
+    probeEvery: 20,
   };
   const honest = spawnScript("honest", runtime, "tools/attack/honest_worker.ts", {
     WORKPULL_HONEST: JSON.stringify(honestConfig),
@@ -217,6 +277,9 @@ async function main(): Promise<boolean> {
         processed: Number(report.processed),
         frames: Number(report.framesSent),
       });
+      for (const probe of (report.probes as [number, number][] | undefined) ?? []) {
+        probes.push(probe);
+      }
     }
     if (report.ev === "disconnected") {
       log(`  honest worker: ${report.endpoint} disconnected (${report.code} ${report.reason})`);
@@ -263,19 +326,48 @@ async function main(): Promise<boolean> {
     roundReference: number,
   ): Promise<AttackResult> {
     const before = throughput(Date.now() - seconds * 1000, Date.now());
-    const rssBefore = results.at(-1)?.rss ?? startRss;
+    const p99Before = p99(Date.now() - seconds * 1000, Date.now());
+    const rssSettled = results.at(-1)?.rss ?? startRss;
+    const rssBefore = rssSamples.at(-1)?.[1] ?? rssSettled;
     const startedAt = Date.now();
+    const length = Math.max(seconds, MINIMUM_SECONDS[attack] ?? 0);
     const attacker = spawnScript(attack, runtime, "tools/attack/attacker.ts", {
-      WORKPULL_ATTACKER: JSON.stringify({ attack, port, secret: SECRET, seconds, scale }),
+      WORKPULL_ATTACKER: JSON.stringify({
+        attack,
+        port,
+        secret: SECRET,
+        seconds: length,
+        scale,
+        bodyTimeout,
+        headTimeout: headDeadline,
+      }),
     }, { nice: true });
     const refusalsBefore = { ...refusals };
+    // 30 s in, what the server still holds (garbage collected first, as after every attack).
+    let at30: Promise<number> | undefined;
+    const at30Timer = length >= 30
+      ? setTimeout(() => (at30 = memoryAfterGc(controller).then((m) => m.rss)), 30_000)
+      : undefined;
     const done = await attacker.next(
       (r) => r.ev === "done",
       `the ${attack} attack to end`,
-      (seconds + 60) * 1000,
+      (length + 60) * 1000,
     );
     await attacker.kill();
-    const during = throughput(startedAt, Date.now());
+    clearTimeout(at30Timer);
+    const rssAt30 = (await at30) ?? rssSettled;
+    const endedAt = Date.now();
+    const during = throughput(startedAt, endedAt);
+    const p99During = p99(startedAt, endedAt);
+    const rssDuring = rssSamples.filter(([t]) => t >= startedAt && t <= endedAt);
+    const rssPeak = Math.max(rssBefore, ...rssDuring.map(([, rss]) => rss));
+    const lasted30 = at30 !== undefined;
+    const counts = done.counts as Record<string, number>;
+    const failures = mustShow(attack, counts, {
+      rssGrowth: rssPeak - rssBefore,
+      rssAfter30: lasted30 ? rssAt30 - rssSettled : undefined,
+      p99During,
+    });
     // Settle: the jobs the attack held are back in the pool; wait until they are worked off.
     const settleUntil = Date.now() + settle * 1000;
     const giveUp = Date.now() + 60_000;
@@ -294,17 +386,28 @@ async function main(): Promise<boolean> {
       rss,
       rssGrowth: rss / roundReference - 1,
       heap,
-      counts: done.counts as Record<string, number>,
+      counts,
       refusals: difference(refusals, refusalsBefore),
+      rssBefore,
+      rssPeak,
+      rssAt30,
+      lasted30,
+      p99Before,
+      p99During,
+      failures,
     };
     log(
       `${attack.padEnd(17)} honest ${before.toFixed(0)} -> ${during.toFixed(0)} jobs/s (${
         pct(result.ratio)
       }); RSS ${mb(rss)} (${signedPct(result.rssGrowth)} of ${
         round > 1 ? "the reference" : "start"
-      }, ${signedPct(rss / rssBefore - 1)} over the attack), heap ${mb(heap)}; attacker ${
+      }, ${signedPct(rss / rssSettled - 1)} over the attack; peak +${mb(rssPeak - rssBefore)}${
+        lasted30 ? `, at 30 s ${signedMb(rssAt30 - rssSettled)}` : ""
+      }), heap ${mb(heap)}; honest p99 ${p99Before} -> ${p99During} ms; attacker ${
         JSON.stringify(result.counts)
-      }; edge ${JSON.stringify(result.refusals)}`,
+      }; edge ${JSON.stringify(result.refusals)}${
+        failures.length ? `; FAILED: ${failures.join(", ")}` : ""
+      }`,
     );
     return result;
   }
@@ -334,6 +437,7 @@ async function main(): Promise<boolean> {
     ...checked.filter((r) => r.rssGrowth > maxRssGrowth).map((r) => `${labelOf(r)}: RSS`),
     ...(lost !== 0 ? [`${lost < 0 ? "jobs not drained" : `${lost} jobs lost`}`] : []),
     ...(credentialsAccepted > 0 ? [`${credentialsAccepted} bad credentials accepted`] : []),
+    ...results.flatMap((r) => r.failures.map((failure) => `${labelOf(r)}: ${failure}`)),
     ...(alive ? [] : ["controller died"]),
   ];
   if (values.json) {
@@ -369,6 +473,50 @@ async function main(): Promise<boolean> {
   return failures.length === 0;
 }
 
+/** What `attack` must show beyond throughput and memory (issue 56): the checks that failed. */
+function mustShow(
+  attack: string,
+  counts: Record<string, number>,
+  seen: { rssGrowth: number; rssAfter30: number | undefined; p99During: number },
+): string[] {
+  const failures: string[] = [];
+  const n = (key: string) => counts[key] ?? 0;
+  if (attack === "resend-spam") {
+    if (n("stillOpen") > 0) failures.push(`${n("stillOpen")} non-reading sockets still open`);
+    if (seen.rssGrowth > maxPinned) failures.push(`RSS grew ${mb(seen.rssGrowth)}`);
+    if (seen.rssAfter30 !== undefined && seen.rssAfter30 > maxPinned / 3) {
+      failures.push(`RSS ${mb(seen.rssAfter30)} above its start 30 s in`);
+    }
+  }
+  if (attack === "upgrade-storm") {
+    const served = n("status101");
+    const total = Object.entries(counts).reduce(
+      (sum, [key, value]) => sum + (key.startsWith("status") ? value : 0),
+      0,
+    );
+    if (served > CREDENTIAL_CAP) failures.push(`${served} sockets of one credential served`);
+    if (served + n("status429") !== total) failures.push("refusals other than 429");
+  }
+  if (attack === "trickle-bodies") {
+    const late = n("stillOpen") + n("closedLate");
+    if (late > 0) failures.push(`${late} bodies not cut within their deadline`);
+  }
+  if (attack === "trickle-heads") {
+    // Bun.serve gives no hook before a head has arrived: it closes silent connections itself
+    // (~10 s) but keeps a trickled head for as long as it trickles (docs/SECURITY.md).
+    const kinds = target === "bun" ? ["silent"] : ["silent", "trickling"];
+    const late = kinds.reduce(
+      (sum, kind) => sum + n(`${kind}.stillOpen`) + n(`${kind}.closedLate`),
+      0,
+    );
+    if (late > 0) failures.push(`${late} connections not closed within their deadline`);
+  }
+  if (attack === "trickle-bodies" || attack === "trickle-heads") {
+    if (seen.p99During > maxP99) failures.push(`honest p99 ${seen.p99During} ms`);
+  }
+  return failures;
+}
+
 function difference(after: Record<string, number>, before: Record<string, number>) {
   const out: Record<string, number> = {};
   for (const [key, value] of Object.entries(after)) {
@@ -379,12 +527,13 @@ function difference(after: Record<string, number>, before: Record<string, number
 }
 
 const mb = (bytes: number) => `${(bytes / 1e6).toFixed(0)} MB`;
+const signedMb = (bytes: number) => `${bytes >= 0 ? "+" : ""}${mb(bytes)}`;
 const pct = (ratio: number) => `${(ratio * 100).toFixed(0)}%`;
 const signedPct = (ratio: number) => `${ratio >= 0 ? "+" : ""}${(ratio * 100).toFixed(0)}%`;
 
 // Everything is bounded: the whole run is killed after its planned length plus a margin.
-const planned = (Math.max(10, settle) + rounds * names.length * (seconds + settle + 65) + 180) *
-  1000;
+const planned = (Math.max(10, settle) + rounds * names.length * (seconds + settle + 65) +
+  rounds * Object.values(MINIMUM_SECONDS).reduce((a, b) => a + b, 0) + 180) * 1000;
 let passed = false;
 try {
   passed = await withTimeout(main(), planned, "the attack soak");

@@ -329,23 +329,7 @@ export const noRead: Attack = async (context) => {
       const peer = upgrade.socket;
       peers.push(peer);
       const nonce = crypto.randomUUID();
-      peer.send(JSON.stringify({
-        type: "register",
-        producer: "jobs",
-        worker: `sloth#${i}`,
-        incarnation: crypto.randomUUID(),
-        nonce,
-        resendInterval: 2000,
-      }));
-      const deadline = Date.now() + 5000;
-      let session: string | undefined;
-      while (!session && Date.now() < deadline && !peer.closed) {
-        for (const message of peer.messages) {
-          const frame = JSON.parse(message);
-          if (frame.type === "registered") session = frame.session;
-        }
-        await sleep(10);
-      }
+      const session = await registerRaw(peer, `sloth#${i}`, nonce);
       if (!session) return;
       count(counts, "registered");
       peer.send(JSON.stringify({

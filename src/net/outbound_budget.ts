@@ -97,7 +97,7 @@ export class OutboundBudget {
     const now = this.#now();
     let total = 0;
     const stalled: [BudgetedSocket, number, number][] = [];
-    const stuck: BudgetedSocket[] = [];
+    const stuck: [BudgetedSocket, number][] = [];
     for (const [socket, stall] of this.#sockets) {
       const pinned = socket.pinned();
       total += pinned;
@@ -111,13 +111,14 @@ export class OutboundBudget {
       }
       if (pinned < stall.pinned) stall.shrankAt = now;
       stall.pinned = pinned;
-      if (now - stall.shrankAt >= STALL_TIMEOUT) stuck.push(socket);
+      if (now - stall.shrankAt >= STALL_TIMEOUT) stuck.push([socket, pinned]);
       else if (now - stall.since >= STALL_GRACE) stalled.push([socket, stall.since, pinned]);
     }
-    for (const socket of stuck) {
+    // What a socket held is read before it is dropped: a dropped socket's queue is empty.
+    for (const [socket, pinned] of stuck) {
       this.#sockets.delete(socket);
       socket.drop("stalled", total);
-      total -= socket.pinned();
+      total -= pinned;
     }
     if (total > this.#limit) {
       stalled.sort((a, b) => a[1] - b[1]);

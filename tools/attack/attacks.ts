@@ -322,15 +322,9 @@ export const noRead: Attack = async (context) => {
   const timers: ReturnType<typeof setInterval>[] = [];
   await Promise.all(
     Array.from({ length: Math.max(2, Math.round(20 * context.scale)) }, async (_, i) => {
-      const upgrade = await RawSocket.connect(context.port, "/workers", {
-        "Sec-WebSocket-Protocol": `workpull.v1, ${token}`,
-      });
-      if (!upgrade.socket) return void count(counts, `status${upgrade.status}`);
-      const peer = upgrade.socket;
-      peers.push(peer);
-      const nonce = crypto.randomUUID();
-      const session = await registerRaw(peer, `sloth#${i}`, nonce);
-      if (!session) return;
+      const registered = await registeredPeer(context, token, `sloth#${i}`, counts, peers);
+      if (!registered || registered === "refused") return;
+      const { peer, session, nonce } = registered;
       count(counts, "registered");
       peer.send(JSON.stringify({
         type: "request",
@@ -407,6 +401,31 @@ export const badCredentials: Attack = async (context) => {
   return counts;
 };
 
+/**
+ * Open a raw socket with `token` and register `name` on it: the peer, its session and nonce,
+ * "refused" (counted as `status<code>`), or undefined when the registration was not answered.
+ */
+async function registeredPeer(
+  context: AttackContext,
+  token: string,
+  name: string,
+  counts: AttackCounts,
+  peers: RawSocket[],
+): Promise<{ peer: RawSocket; session: string; nonce: string } | "refused" | undefined> {
+  const upgrade = await RawSocket.connect(context.port, "/workers", {
+    "Sec-WebSocket-Protocol": `workpull.v1, ${token}`,
+  });
+  if (!upgrade.socket) {
+    count(counts, `status${upgrade.status}`);
+    return "refused";
+  }
+  const peer = upgrade.socket;
+  peers.push(peer);
+  const nonce = crypto.randomUUID();
+  const session = await registerRaw(peer, name, nonce);
+  return session ? { peer, session, nonce } : undefined;
+}
+
 /** Register `name` over a raw socket; resolves with the session, or undefined. */
 async function registerRaw(peer: RawSocket, name: string, nonce: string) {
   peer.send(JSON.stringify({
@@ -455,15 +474,10 @@ export const resendSpam: Attack = async (context) => {
   const timers: ReturnType<typeof setInterval>[] = [];
   await Promise.all(
     Array.from({ length: Math.max(10, Math.round(100 * context.scale)) }, async (_, i) => {
-      const upgrade = await RawSocket.connect(context.port, "/workers", {
-        "Sec-WebSocket-Protocol": `workpull.v1, ${token}`,
-      });
-      if (!upgrade.socket) return void count(counts, `status${upgrade.status}`);
-      const peer = upgrade.socket;
-      peers.push(peer);
-      const nonce = crypto.randomUUID();
-      const session = await registerRaw(peer, `spammer#${i}`, nonce);
-      if (!session) return void count(counts, "unregistered");
+      const registered = await registeredPeer(context, token, `spammer#${i}`, counts, peers);
+      if (registered === "refused") return;
+      if (!registered) return void count(counts, "unregistered");
+      const { peer, session, nonce } = registered;
       count(counts, "registered");
       peer.stopReading();
       const request = JSON.stringify({

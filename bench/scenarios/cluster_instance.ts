@@ -50,6 +50,13 @@ store.take = async (max) => {
   if (jobs.length > 0) report({ ev: "claimed", count: claimed, at: now() });
   return jobs;
 };
+const takeNow = store.takeNow.bind(store);
+store.takeNow = (max) => {
+  const jobs = takeNow(max); // claimed ahead, handed out at once
+  claimed += jobs?.length ?? 0;
+  if (jobs && jobs.length > 0) report({ ev: "claimed", count: claimed, at: now() });
+  return jobs;
+};
 store.addEventListener("takeover", ({ takeover }) => {
   report({ ev: "takeover", jobs: takeover.jobs, at: now() });
 });

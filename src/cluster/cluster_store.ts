@@ -19,12 +19,10 @@
  * take over lapsed instances, pick up cancel requests, refresh `counts()`, read the flow's pause
  * flag: a pause or resume on one instance reaches the others within it), at a steady cadence:
  * while a round is still busy (a takeover of many jobs on a busy KV) the tick renews the lease
- * alone, so slow work never lets this instance's own lease lapse; and, while the
- * controller has an open grant that found nothing due, a poll of the backlog at most every
- * `pollInterval`, or at the earliest due time it saw, whichever comes first. KV's `watch()`
- * does not see other processes' writes, so polling is how an instance learns of jobs other
- * instances enqueued or that fell due: it is the cost of shared mode (a job enqueued on one
- * instance reaches an idle worker of another within `pollInterval`).
+ * alone, so slow work never lets this instance's own lease lapse. While the controller has an
+ * open grant that found nothing due, the waker (`waker.ts`) watches and reads the flow's wake
+ * counter, which every commit that readies a job moves, and wakes the controller when it moves
+ * or the earliest due job falls due.
  *
  * @module
  */
@@ -65,6 +63,7 @@ import { PauseFlag } from "../backlog/deno_kv/pause_flag.ts";
 import type { ClusterKvLike } from "./kv_writes.ts";
 import { InstanceQueue } from "./instance_queue.ts";
 import { Leases, type ListedLease, type Takeover } from "./leases.ts";
+import { Waker } from "./waker.ts";
 
 export type { Takeover } from "./leases.ts";
 export type { ClusterAtomicLike, ClusterKvLike, ClusterListSelector } from "./kv_writes.ts";
@@ -83,8 +82,17 @@ export interface InstanceOptions {
   readonly leaseTtl?: number;
   /** How often the lease is renewed (and the others checked), ms. Default `leaseTtl / 3`. */
   readonly renewInterval?: number;
-  /** How often an open grant with nothing due looks at the backlog again, ms. Default 100. */
+  /**
+   * The longest wait between two reads of the flow's wake counter while this instance's workers
+   * wait for work, ms (see `waker.ts`: reads start 5 ms after work was last found and double up
+   * to this). Default 250 (1..60,000): an idle instance reads one key 240 times a minute.
+   */
   readonly pollInterval?: number;
+  /**
+   * Also watch the wake counter (where the KV has `watch`): on Deno Deploy's hosted KV and KV
+   * Connect a job added on any instance wakes the others at once. Default true.
+   */
+  readonly watch?: boolean;
 }
 
 /** Options of {@linkcode DenoKvClusterStore}. */
@@ -197,7 +205,8 @@ const NO_COUNTS: BacklogCounts = { waiting: 0, scheduled: 0, failed: 0, active: 
  */
 export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> implements JobStore {
   /** What one group commit may carry. */
-  readonly batchLimits: QueueBatchLimits = { maxOperations: 200, maxBytes: 256 * 1024 };
+  // A unit's changes go in as many commits as KV's limits need, all in flight at once.
+  readonly batchLimits: QueueBatchLimits = { maxOperations: 2_000, maxBytes: 4 * 1024 * 1024 };
   /** The largest payload: 640 KiB (a job's parts fit one commit). */
   readonly maxPayloadBytes = 640 * 1024;
   /** The settings it applies. */
@@ -215,7 +224,7 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
   #counts: BacklogCounts = NO_COUNTS;
   #peers: { count: number; rank: number } = { count: 1, rank: 0 };
   #leaseTimer: TimerHandle | undefined;
-  #pollTimer: TimerHandle | undefined;
+  readonly #waker: Waker;
   #round: Promise<void> | undefined;
   /** The round a `renew()` made during `#round` waits for. */
   #nextRound: Promise<void> | undefined;
@@ -267,7 +276,7 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
       OWNER,
       "instance.pollInterval",
       instance.pollInterval,
-      100,
+      250,
       1,
       60_000,
     );
@@ -281,6 +290,17 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
     const prefix = new KvQueueLayout(options.prefix ?? ["workpull"]).prefix; // validates it
     const keys = new ClusterKeys(prefix);
     this.#pauseFlag = new PauseFlag(kv, prefix);
+    if (instance.watch !== undefined && typeof instance.watch !== "boolean") {
+      throw new TypeError(`Cannot create ${OWNER}: option "instance.watch" must be a boolean`);
+    }
+    this.#waker = new Waker({
+      kv,
+      key: keys.wake,
+      clock: this.clock,
+      maxPoll: this.#pollInterval,
+      watch: instance.watch ?? true,
+      wake: () => this.#listener?.ready(),
+    });
     this.#backlog = new SharedBacklog(kv, keys, this.settings, this.clock);
     const placement = {
       keys,
@@ -326,6 +346,7 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
   /** Stop the timers and drop the listener (the instance's lease lapses; see `leave`). */
   close(): void {
     this.#stopTimers();
+    this.#waker.close();
     this.#listener = undefined;
     this.#queue.close();
   }
@@ -343,18 +364,27 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
 
   /**
    * Claim up to `max` due jobs for this instance's controller. Nothing due (or a KV that stays
-   * locked, which is retried): look again within `pollInterval`.
+   * locked, which is retried): the waker wakes the controller when the flow's wake counter
+   * moves or the earliest due job falls due.
    */
   async take(max: number): Promise<readonly ReadyJob[]> {
     let jobs: readonly ReadyJob[];
     try {
       jobs = await this.#queue.take(max);
     } catch (error) {
-      this.#armPoll();
+      this.#armWaker();
       if (isKvLockedError(error)) return [];
       throw error;
     }
-    if (jobs.length === 0) this.#armPoll();
+    if (jobs.length === 0) this.#armWaker();
+    else this.#waker.found();
+    return jobs;
+  }
+
+  /** `take` answered from the jobs this instance claimed ahead, or undefined (then `take`). */
+  takeNow(max: number): readonly ReadyJob[] | undefined {
+    const jobs = this.#queue.takeNow(max);
+    if (jobs) this.#waker.found();
     return jobs;
   }
 
@@ -633,17 +663,12 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
   #stopTimers(): void {
     this.#leaseTimer?.cancel();
     this.#leaseTimer = undefined;
-    this.#pollTimer?.cancel();
-    this.#pollTimer = undefined;
+    this.#waker.disarm();
   }
 
-  /** An open grant found nothing due: look again soon (or when the earliest job falls due). */
-  #armPoll(): void {
-    if (this.#pollTimer || !this.#queue.live || this.#leaseTimer === undefined) return;
-    const wait = Math.min(this.#pollInterval, Math.max(0, this.#queue.nextDue - this.clock.now()));
-    this.#pollTimer = this.clock.setTimeout(() => {
-      this.#pollTimer = undefined;
-      this.#listener?.ready();
-    }, wait);
+  /** An open grant found nothing due: wake on the next change, or when a job falls due. */
+  #armWaker(): void {
+    if (!this.#queue.live || this.#leaseTimer === undefined) return;
+    this.#waker.arm(this.#queue.nextDue);
   }
 }

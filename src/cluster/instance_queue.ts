@@ -11,19 +11,26 @@
  *   After a write whose outcome is unknown it reads them back before its next call.
  * - **Claims** (`take`): due jobs are listed band by band, then claimed in commits that check
  *   each job's ready entry (it is still there, unchanged) and the fence, moving it from the
- *   ready index to this instance. Claimers spread out: among more candidates than they need, each
- *   prefers the ones its rank among the live instances picks (a hash of the MessageID), so
- *   instances with deep backlogs rarely touch the same jobs; whole higher-priority bands are
- *   always taken first. A commit that lost a race is dropped and the next round lists again.
+ *   ready index to this instance; the commits of a round are all in flight at once (they touch
+ *   different jobs). Claimers spread out: among more candidates than they need, each prefers the
+ *   ones its rank among the live instances picks (a hash of the MessageID), so instances with
+ *   deep backlogs rarely touch the same jobs; whole higher-priority bands are always taken first.
+ *   A commit that lost a race is dropped and the next round lists again.
+ * - **Claiming ahead.** A take that got all it asked for claims one more of its size in the
+ *   background (one round at a time), into the lookahead, which the next take (or `takeNow`, in
+ *   the same turn) hands out first: the controller's grants rarely wait for KV's round trips.
  * - **Tries** (`store`, `accept`, `confirmMessage`, `commit`) follow the engine's rules (first
  *   store wins, accept of an unknown job is a conflict, confirm is idempotent, a try both
- *   accepted and confirmed applies its outcome with `finishTry`), with one commit per call.
+ *   accepted and confirmed applies its outcome with `finishTry`); a call's changes go in as
+ *   many commits as KV's limits need, all in flight at once.
  * - **Load** (a new epoch) keeps the tries the controller must run again (accepted, not
  *   confirmed) and, for a handle reloading in the same process, what it still holds in memory;
  *   anything else it holds in KV (a previous process's claims and unaccepted tries) goes back to
  *   the shared backlog, as a takeover would put it.
  *
- * Calls run one at a time, in call order.
+ * The controller's calls, the load and the leave run one at a time, in call order; claim rounds
+ * run beside them (they add jobs; the calls write jobs already held), except while a load, a
+ * re-read or a leave needs the held jobs to itself.
  *
  * @module
  */
@@ -59,7 +66,14 @@ import {
   utf8Bytes,
 } from "./codec.ts";
 import type { ClusterKeys } from "./keys.ts";
-import { Change, type ClusterKvLike, commitChanges, listAll, readMany } from "./kv_writes.ts";
+import {
+  Change,
+  type ClusterKvLike,
+  commitChanges,
+  commitSideBySide,
+  listAll,
+  readMany,
+} from "./kv_writes.ts";
 import { retryLocked } from "../queue/deno_kv/retry_locked.ts";
 import {
   claimed,
@@ -74,11 +88,6 @@ import {
 const EMPTY = new Uint8Array(0);
 /** Claim rounds per `take` (each lists candidates afresh). */
 const CLAIM_ROUNDS = 4;
-/**
- * Jobs per claim commit (fewer where KV allows fewer checks): a lost race costs the group, and
- * claimers rarely race for the same jobs (each prefers its own share of the candidates).
- */
-export const CLAIM_GROUP = 64;
 /** Most candidates listed per claim round. */
 const MAX_CANDIDATES = 500;
 const LOAD_ATTEMPTS = 5;
@@ -133,6 +142,14 @@ export class InstanceQueue {
   /** The last write's outcome is unknown: read the held jobs back before the next call. */
   #stale = false;
   #tail: Promise<unknown> = Promise.resolve();
+  /** Claimed jobs not handed out yet, in claim order (the lookahead). */
+  readonly #lookahead = new Set<string>();
+  /** The controller's latest demand (the `max` of its latest take). */
+  #demand = 1;
+  /** The claim round in flight. */
+  #claiming: Promise<boolean> | undefined;
+  /** Tasks that need the held jobs to themselves (load, re-read, leave): no claims meanwhile. */
+  #blocked = 0;
   /** The earliest due time the last empty claim round saw (Infinity: none). */
   nextDue = Infinity;
 
@@ -188,7 +205,11 @@ export class InstanceQueue {
 
   /** Take a new epoch for this instance and read back what it holds. */
   load(signal?: AbortSignal): Promise<LoadResult> {
-    return this.#serial(signal, async () => {
+    return this.#serial(signal, () => this.#alone(() => this.#load(signal)));
+  }
+
+  async #load(signal?: AbortSignal): Promise<LoadResult> {
+    {
       const { kv, keys, instance } = this.#c;
       const markers = await readMany(kv, keys.singleInstanceMarkers, signal);
       if (markers.some((entry) => entry.versionstamp !== null)) {
@@ -240,7 +261,7 @@ export class InstanceQueue {
       }
       unconfirmed.sort((a, b) => a.seq - b.seq);
       return { epoch: this.#epoch, state: { currentSeq: this.#currentSeq, unconfirmed } };
-    });
+    }
   }
 
   /**
@@ -250,6 +271,21 @@ export class InstanceQueue {
    * is forgotten.
    */
   async #syncHeld(mode: "load" | "reread", signal?: AbortSignal): Promise<void> {
+    this.#blocked += 1; // no claim round starts meanwhile, and the one in flight ends first
+    try {
+      await this.#claiming;
+      await this.#readBackHeld(mode, signal);
+    } finally {
+      this.#blocked -= 1;
+    }
+  }
+
+  /** Re-read the held jobs if the last write's outcome is unknown (inside a serial task). */
+  async #syncIfStale(): Promise<void> {
+    if (this.#stale) await this.#syncHeld("reread");
+  }
+
+  async #readBackHeld(mode: "load" | "reread", signal?: AbortSignal): Promise<void> {
     const { kv, keys, instance, clock, settings, random } = this.#c;
     const [fence, cursor] = await readMany(
       kv,
@@ -345,73 +381,135 @@ export class InstanceQueue {
   // ------------------------------------------------------------------------------------------
   // Claims
 
-  /** Claim up to `max` due jobs from the shared backlog. */
-  take(max: number): Promise<readonly ReadyJob[]> {
-    return this.#serial(undefined, async () => {
-      if (!this.live || this.#c.lapsed() || max <= 0) return [];
-      if (this.#stale) await this.#syncHeld("reread");
-      const ready: ReadyJob[] = [];
-      // Jobs claimed but never handed out (a take that failed after its claims landed).
-      for (const [id, held] of this.#held) {
-        if (ready.length >= max) return ready;
-        if (held.handed || held.entry.trial) continue;
-        this.#held.set(id, { ...held, handed: true });
-        ready.push(this.#readyJob(held));
-      }
-      const { count, rank } = this.#c.peers();
-      for (let round = 0; round < CLAIM_ROUNDS && ready.length < max; round++) {
-        const want = max - ready.length;
-        const now = this.#c.clock.now();
-        const listing = Math.min(MAX_CANDIDATES, Math.max(want, want * count));
-        const { due, nextDue } = await this.#c.backlog.candidates(listing, now);
-        this.nextDue = nextDue;
-        if (due.length === 0) break;
-        const chosen = choose(due, want, count, rank);
-        const won = await this.#claim(chosen);
-        for (const candidate of won) {
-          const entry = claimed(candidate.entry, this.#c.instance);
-          const payload = await this.#readPayload(entry);
-          const held: Held = { entry, payload, handed: true };
-          this.#held.set(entry.record.id, held);
-          ready.push(this.#readyJob(held));
-        }
-        if (!this.live) break;
-        if (won.length === chosen.length && due.length <= want) break; // everything due is ours
-      }
-      return ready;
+  /**
+   * Up to `max` claimed jobs for the controller: first the ones claimed ahead, then as many more
+   * as claim rounds find. A take that got all it asked for (the backlog keeps up with demand)
+   * claims one more such take ahead, in the background.
+   */
+  async take(max: number): Promise<readonly ReadyJob[]> {
+    if (!this.#handing || max <= 0) return [];
+    this.#demand = Math.max(1, Math.min(max, MAX_CANDIDATES));
+    if (this.#stale) await this.#serial(undefined, () => this.#syncIfStale());
+    const ready = this.#handOut(max);
+    // Twice: a round already in flight (a background one) may have claimed for others.
+    for (let round = 0; round < 2 && ready.length < max && this.#handing; round++) {
+      const found = await this.#claimRound(max - ready.length);
+      ready.push(...this.#handOut(max - ready.length));
+      if (!found) break;
+    }
+    if (ready.length === max) this.#topUp();
+    return ready;
+  }
+
+  /**
+   * `take` answered from the jobs claimed ahead, in this turn; undefined when there are too few
+   * (the caller then uses `take`, which claims).
+   */
+  takeNow(max: number): readonly ReadyJob[] | undefined {
+    if (!this.#handing || this.#stale || max <= 0 || this.#lookahead.size < max) return undefined;
+    this.#demand = Math.max(1, Math.min(max, MAX_CANDIDATES));
+    const ready = this.#handOut(max); // fewer only if a re-read dropped some
+    this.#topUp();
+    return ready.length > 0 ? ready : undefined;
+  }
+
+  /** Whether jobs may be handed out: live, its lease not lapsed. */
+  get #handing(): boolean {
+    return this.live && !this.#c.lapsed();
+  }
+
+  /** Hand out up to `max` claimed jobs from the lookahead, in the order they were claimed. */
+  #handOut(max: number): ReadyJob[] {
+    const ready: ReadyJob[] = [];
+    for (const id of this.#lookahead) {
+      if (ready.length >= max) break;
+      this.#lookahead.delete(id);
+      const held = this.#held.get(id);
+      if (!held || held.handed || held.entry.trial) continue; // gone since (a re-read)
+      const handed = { ...held, handed: true };
+      this.#held.set(id, handed);
+      ready.push(this.#readyJob(handed));
+    }
+    return ready;
+  }
+
+  /**
+   * Claim one take of the controller's latest size ahead, in the background, so that its next
+   * grant need not wait for KV. It holds at most that many jobs that no worker has yet; other
+   * instances cannot claim them meanwhile (a leave or a takeover gives them back).
+   */
+  #topUp(): void {
+    if (this.#claiming || !this.#handing || this.#stale) return;
+    const want = this.#demand - this.#lookahead.size;
+    if (want <= 0) return;
+    this.#claimRound(want).catch(() => {
+      // The next take claims again; a claim whose outcome is unknown marked the queue stale.
     });
   }
 
-  /** Claim `chosen` in small commits; returns the ones that landed. */
+  /**
+   * One claim round at a time: list up to `want` due jobs (more among several instances, whose
+   * shares differ), claim them in commits that run side by side, and add the ones won to the
+   * lookahead in ready order. Resolves to whether it found due jobs (a round in flight is
+   * shared).
+   */
+  #claimRound(want: number): Promise<boolean> {
+    this.#claiming ??= (async () => {
+      let found = false;
+      try {
+        for (let round = 0; round < CLAIM_ROUNDS && want > 0; round++) {
+          if (!this.#handing || this.#stale || this.#blocked > 0) break;
+          const { count, rank } = this.#c.peers();
+          const now = this.#c.clock.now();
+          const listing = Math.min(MAX_CANDIDATES, Math.max(want, want * count));
+          const { due, nextDue } = await this.#c.backlog.candidates(listing, now);
+          this.nextDue = nextDue;
+          if (due.length === 0) break;
+          found = true;
+          const chosen = choose(due, want, count, rank);
+          const won = await this.#claim(chosen);
+          for (const candidate of won) {
+            const entry = claimed(candidate.entry, this.#c.instance);
+            const payload = await this.#readPayload(entry);
+            this.#held.set(entry.record.id, { entry, payload, handed: false });
+            this.#lookahead.add(entry.record.id);
+          }
+          want -= won.length;
+          if (won.length === chosen.length && due.length <= chosen.length) break; // all due
+        }
+      } finally {
+        this.#claiming = undefined;
+      }
+      return found;
+    })();
+    return this.#claiming;
+  }
+
+  /**
+   * Claim `chosen`, all in flight at once (they are different jobs; each commit holds as many as
+   * KV's checks allow); returns the ones that landed, in the order chosen.
+   */
   async #claim(chosen: readonly Candidate[]): Promise<Candidate[]> {
     const { kv, keys, instance } = this.#c;
-    const won: Candidate[] = [];
-    for (let i = 0; i < chosen.length; i += CLAIM_GROUP) {
-      const group = chosen.slice(i, i + CLAIM_GROUP);
-      const changes = group.map((candidate) =>
-        new Change()
-          .check(candidate.key, candidate.versionstamp)
-          .delete(candidate.key)
-          .set(
-            keys.record(candidate.entry.record.id),
-            encodeEntry(claimed(candidate.entry, instance)),
-          )
-          .set(keys.owned(instance, candidate.entry.record.id), EMPTY)
-      );
-      let outcome;
-      try {
-        outcome = await commitChanges(kv, keys, [this.fenceCheck], changes);
-      } catch (error) {
-        this.#stale = true; // the claims may have landed: read them back before the next call
-        throw error;
-      }
-      won.push(...group.slice(0, outcome.applied));
-      if (!outcome.ok && (await this.#fenceMoved())) {
-        this.#fenced = true;
-        break;
-      }
+    const changes = chosen.map((candidate) =>
+      new Change()
+        .check(candidate.key, candidate.versionstamp)
+        .delete(candidate.key)
+        .set(
+          keys.record(candidate.entry.record.id),
+          encodeEntry(claimed(candidate.entry, instance)),
+        )
+        .set(keys.owned(instance, candidate.entry.record.id), EMPTY)
+    );
+    let outcome;
+    try {
+      outcome = await commitSideBySide(kv, keys, [this.fenceCheck], changes);
+    } catch (error) {
+      this.#stale = true; // some claims may have landed: read them back before the next call
+      throw error;
     }
-    return won;
+    if (!outcome.ok && (await this.#fenceMoved())) this.#fenced = true;
+    return chosen.filter((_, i) => outcome.landed![i]);
   }
 
   #readyJob({ entry, payload }: Held): ReadyJob {
@@ -543,7 +641,7 @@ export class InstanceQueue {
     if (all.length === 0) return { stored };
     let outcome;
     try {
-      outcome = await commitChanges(this.#c.kv, keys, [this.fenceCheck], all, signal);
+      outcome = await commitSideBySide(this.#c.kv, keys, [this.fenceCheck], all, signal);
     } catch (error) {
       this.#stale = true; // some of it may have landed
       throw error;
@@ -624,7 +722,11 @@ export class InstanceQueue {
    * a graceful exit, so no survivor has to wait for the lease to lapse.
    */
   leave(): Promise<number> {
-    return this.#serial(undefined, async () => {
+    return this.#serial(undefined, () => this.#alone(() => this.#handBack()));
+  }
+
+  async #handBack(): Promise<number> {
+    {
       if (this.#epoch === 0 || this.#fenced) return 0;
       const { kv, keys, instance, clock } = this.#c;
       if (this.#stale) await this.#syncHeld("reread");
@@ -652,7 +754,18 @@ export class InstanceQueue {
       this.#closed = true;
       for (const notice of notices) this.#c.notify(notice);
       return count;
-    });
+    }
+  }
+
+  /** Run `task` with the held jobs to itself: after the claim round in flight, and none meanwhile. */
+  async #alone<T>(task: () => Promise<T>): Promise<T> {
+    this.#blocked += 1;
+    try {
+      await this.#claiming;
+      return await task();
+    } finally {
+      this.#blocked -= 1;
+    }
   }
 
   #recoveryOptions(now: number) {

@@ -9,6 +9,7 @@
  * [P, "band", band]                        a band that may hold ready entries (band = -priority)
  * [P, "dead", finishedAt, id]              a dead job, oldest death first
  * [P, "count", bucket]                     KvU64 counters: waiting, failed, active, dead
+ * [P, "wake"]                              KvU64: one more for every commit that readies a job
  * [P, "fence", instance]                   {"epoch":n}: every write of the instance checks it
  * [P, "lease", instance]                   the instance's lease and figures (the registry)
  * [P, "owned", instance, id]               the jobs an instance holds (claimed or trying)
@@ -99,6 +100,11 @@ export class ClusterKeys {
   /** A counter. */
   counter(name: CounterName): KvKey {
     return [...this.prefix, "count", name];
+  }
+
+  /** The wake counter (`waker.ts`). */
+  get wake(): KvKey {
+    return [...this.prefix, "wake"];
   }
 
   /** An instance's fence. */

@@ -89,6 +89,8 @@ export class Change {
   readonly checks: KvCheckLike[] = [];
   readonly mutations: Mutation[] = [];
   readonly deltas = new Map<CounterName, number>();
+  /** It puts a job in the ready index: its commit moves the wake counter. */
+  wakes = false;
 
   /** The key must still have this versionstamp (null: must not exist). */
   check(key: KvKey, versionstamp: string | null): this {
@@ -142,12 +144,14 @@ export class Change {
 
 /** The outcome of {@linkcode commitChanges}. */
 export interface CommitOutcome {
-  /** How many changes landed, in order. */
+  /** How many changes landed (in order, unless committed side by side). */
   readonly applied: number;
   /** False when a commit's checks failed (the changes from `applied` on did not land). */
   readonly ok: boolean;
   /** The versionstamp of the last commit that landed. */
   readonly versionstamp?: string;
+  /** Side by side: whether each change landed. */
+  readonly landed?: readonly boolean[];
 }
 
 /** Checks per commit on backends that allow only ten (npm `@deno/kv`'s SQLite). */
@@ -177,10 +181,7 @@ export async function commitChanges(
     );
     let result;
     try {
-      result = await retryLocked(() => {
-        signal?.throwIfAborted();
-        return atomicOf(kv, keys, common, group).commit();
-      }, signal);
+      result = await commitGroup(kv, keys, common, group, signal);
     } catch (error) {
       if (isTooManyChecks(error) && maxChecks > FEW_CHECKS) {
         checkLimits.set(kv, FEW_CHECKS);
@@ -193,6 +194,67 @@ export async function commitChanges(
     versionstamp = result.versionstamp;
   }
   return { applied, ok: true, versionstamp };
+}
+
+/**
+ * Commit `changes` of different jobs (none depends on another landing first) in as few atomic
+ * commits as fit KV's limits, all in flight at once: on a remote KV they cost one round trip,
+ * not one each. Every commit is tried whatever the others do; `landed` says which changes
+ * landed. Throws (after all settled) when a commit's outcome is unknown.
+ */
+export async function commitSideBySide(
+  kv: ClusterKvLike,
+  keys: ClusterKeys,
+  common: readonly KvCheckLike[],
+  changes: readonly Change[],
+  signal?: AbortSignal,
+): Promise<CommitOutcome> {
+  const maxChecks = checkLimits.get(kv) ?? KV_LIMITS.maxChecks;
+  const groups: [number, number][] = [];
+  for (let start = 0; start < changes.length;) {
+    const size = groupSize(keys, common, changes, start, maxChecks);
+    groups.push([start, start + size]);
+    start += size;
+  }
+  const results = await Promise.allSettled(
+    groups.map(([from, to]) =>
+      commitGroup(kv, keys, common, changes.slice(from, to), signal).catch((error) => {
+        if (!isTooManyChecks(error) || maxChecks <= FEW_CHECKS) throw error;
+        checkLimits.set(kv, FEW_CHECKS); // nothing landed: pack this group smaller, in order
+        return commitChanges(kv, keys, common, changes.slice(from, to), signal).then(
+          (outcome) => ({ ...outcome, partial: outcome.applied }),
+        );
+      })
+    ),
+  );
+  const landed = new Array<boolean>(changes.length).fill(false);
+  let applied = 0, ok = true, versionstamp: string | undefined, failure: unknown;
+  results.forEach((result, i) => {
+    const [from, to] = groups[i];
+    if (result.status === "rejected") return void (failure ??= result.reason);
+    const value = result.value as { ok: boolean; versionstamp?: string; partial?: number };
+    const count = value.partial ?? (value.ok ? to - from : 0);
+    for (let k = from; k < from + count; k++) landed[k] = true;
+    applied += count;
+    if (!value.ok) ok = false;
+    if (value.ok) versionstamp = value.versionstamp;
+  });
+  if (failure !== undefined) throw failure;
+  return { applied, ok, versionstamp, landed };
+}
+
+/** One atomic commit of `group`, retried while the database is locked. */
+function commitGroup(
+  kv: ClusterKvLike,
+  keys: ClusterKeys,
+  common: readonly KvCheckLike[],
+  group: readonly Change[],
+  signal: AbortSignal | undefined,
+) {
+  return retryLocked(() => {
+    signal?.throwIfAborted();
+    return atomicOf(kv, keys, common, group).commit();
+  }, signal);
 }
 
 function atomicOf(
@@ -217,6 +279,7 @@ function atomicOf(
     const delta = sums.get(name) ?? 0;
     if (delta !== 0) atomic.sum(keys.counter(name), counterAddend(delta));
   }
+  if (group.some((change) => change.wakes)) atomic.sum(keys.wake, 1n);
   return atomic;
 }
 
@@ -228,9 +291,10 @@ function groupSize(
   start: number,
   maxChecks: number,
 ): number {
-  let checks = common.length, mutations = COUNTERS.length, setKeyBytes = 0;
+  let checks = common.length, mutations = COUNTERS.length + 1, setKeyBytes = 0;
   let bytes = common.reduce((sum, check) => sum + encodedKeySize(check.key), 0) +
-    COUNTERS.reduce((sum, name) => sum + encodedKeySize(keys.counter(name)) + 8, 0);
+    COUNTERS.reduce((sum, name) => sum + encodedKeySize(keys.counter(name)) + 8, 0) +
+    encodedKeySize(keys.wake) + 8;
   let count = 0;
   for (let i = start; i < changes.length; i++) {
     const change = changes[i];

@@ -51,6 +51,7 @@ export function placeQueued(change: Change, keys: ClusterKeys, entry: Entry): En
   change.set(keys.record(entry.record.id), value);
   change.set(readyKeyOf(keys, entry), value);
   change.set(keys.band(bandOf(entry.record.priority)), EMPTY);
+  change.wakes = true;
   return entry;
 }
 

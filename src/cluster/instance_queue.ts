@@ -68,6 +68,7 @@ import {
 import type { ClusterKeys } from "./keys.ts";
 import {
   Change,
+  checkLimit,
   type ClusterKvLike,
   commitChanges,
   commitSideBySide,
@@ -75,6 +76,7 @@ import {
   readMany,
 } from "./kv_writes.ts";
 import { retryLocked } from "../queue/deno_kv/retry_locked.ts";
+import { encodeList, listKey, readOwned } from "./owned_index.ts";
 import {
   claimed,
   finished,
@@ -85,12 +87,13 @@ import {
   started,
 } from "./placement.ts";
 
-const EMPTY = new Uint8Array(0);
 /** Claim rounds per `take` (each lists candidates afresh). */
 const CLAIM_ROUNDS = 4;
 /** Most candidates listed per claim round. */
 const MAX_CANDIDATES = 500;
 const LOAD_ATTEMPTS = 5;
+/** Bytes of one claim commit's changes before it closes (KV allows 800 KiB). */
+const CLAIM_BYTES = 600 * 1024;
 
 /** A job this instance holds. */
 interface Held {
@@ -100,7 +103,19 @@ interface Held {
   readonly payload: string;
   /** Given out by `take` in this process (the producer has it). */
   readonly handed: boolean;
+  /** The owned list that names it (`owned_index.ts`). */
+  readonly list: string;
 }
+
+/** One owned list of this instance, as in KV. */
+interface OwnedList {
+  readonly key: KvKey;
+  /** The MessageIDs it names in KV. */
+  ids: readonly string[];
+}
+
+/** Most MessageIDs in one owned list (a value holds 64 KiB; a MessageID up to 256 characters). */
+const LIST_IDS = 200;
 
 /** What the instance queue needs from its store. */
 export interface InstanceContext {
@@ -150,6 +165,11 @@ export class InstanceQueue {
   #claiming: Promise<boolean> | undefined;
   /** Tasks that need the held jobs to themselves (load, re-read, leave): no claims meanwhile. */
   #blocked = 0;
+  /** This epoch's owned lists, by name. */
+  #lists = new Map<string, OwnedList>();
+  /** Lists naming jobs that left (durably): rewritten by the instance's next commit. */
+  readonly #shrunk = new Set<string>();
+  #nextList = 0;
   /** The earliest due time the last empty claim round saw (Infinity: none). */
   nextDue = Infinity;
 
@@ -233,6 +253,7 @@ export class InstanceQueue {
         );
         if (result.ok) {
           this.#epoch = epoch;
+          this.#nextList = 0;
           this.#fenceVs = result.versionstamp;
           this.#fenced = false;
           this.#closed = false;
@@ -305,11 +326,11 @@ export class InstanceQueue {
     for (const [id, { entry, cancelRequested }] of found.jobs) {
       const mine = this.#held.get(id);
       if (mine) {
-        next.set(id, { entry, payload: mine.payload, handed: mine.handed });
+        next.set(id, { entry, payload: mine.payload, handed: mine.handed, list: "" });
         continue;
       }
       if (mode === "load" && entry.trial?.accepted && !entry.trial.confirmed) {
-        next.set(id, { entry, payload: entry.payload ?? "", handed: true });
+        next.set(id, { entry, payload: entry.payload ?? "", handed: true, list: "" });
         if (entry.payload === undefined) needPayload.push(id);
         continue;
       }
@@ -325,11 +346,28 @@ export class InstanceQueue {
       changes.push(change);
       notices.push({ job: infoOf(record, now), previous: entry.record.state });
     }
-    for (const id of found.strays) {
-      changes.push(new Change().delete(keys.owned(instance, id)).delete(keys.cancel(instance, id)));
+    // The index starts afresh: new lists for what is kept, landing before the old keys go (a
+    // commit that stops midway leaves a superset listed, never less).
+    const lists = new Map<string, OwnedList>();
+    const ids = [...next.keys()];
+    const listChanges: Change[] = [];
+    for (let i = 0; i < ids.length; i += LIST_IDS) {
+      const chunk = ids.slice(i, i + LIST_IDS);
+      const name = this.#newList();
+      const key = listKey(keys, instance, this.#epoch, this.#nextList - 1);
+      listChanges.push(new Change().set(key, encodeList(chunk)));
+      lists.set(name, { key, ids: chunk });
+      for (const id of chunk) next.set(id, { ...next.get(id)!, list: name });
     }
-    if (changes.length > 0) {
-      const outcome = await commitChanges(kv, keys, [this.fenceCheck], changes, signal);
+    const drops: Change[] = [];
+    for (let i = 0; i < found.index.length; i += 500) {
+      const drop = new Change();
+      for (const key of found.index.slice(i, i + 500)) drop.delete(key);
+      drops.push(drop);
+    }
+    const all = [...listChanges, ...changes, ...drops];
+    if (all.length > 0) {
+      const outcome = await commitChanges(kv, keys, [this.fenceCheck], all, signal);
       if (!outcome.ok) {
         this.#fenced = true;
         throw new QueueFencedError(`Cannot write: instance ${instance} was fenced meanwhile`);
@@ -342,31 +380,38 @@ export class InstanceQueue {
     let seq = cursor.versionstamp === null ? 0 : decodeCursor(cursor.value);
     for (const { entry } of next.values()) seq = Math.max(seq, entry.trial?.seq ?? 0);
     this.#held = next;
+    this.#lists = lists;
+    this.#shrunk.clear();
+    for (const id of [...this.#lookahead]) if (!next.has(id)) this.#lookahead.delete(id);
     this.#currentSeq = seq;
     this.#stale = false;
     for (const notice of notices) this.#c.notify(notice);
   }
 
-  /** The jobs KV says this instance holds, and owned keys whose job is not its (strays). */
-  async #readHeld(signal?: AbortSignal): Promise<{ jobs: Map<string, Found>; strays: string[] }> {
+  /** The name of a new owned list of this epoch (its key is `listKey(…, epoch, n)`). */
+  #newList(): string {
+    return `${this.#epoch}:${this.#nextList++}`;
+  }
+
+  /** The jobs KV says this instance holds, and every key of its owned index. */
+  async #readHeld(signal?: AbortSignal): Promise<{ jobs: Map<string, Found>; index: KvKey[] }> {
     const { kv, keys, instance } = this.#c;
-    const depth = keys.ownedBy(instance).length;
-    const idsOf = (entries: { key: readonly unknown[] }[]) =>
-      entries.flatMap((entry) => typeof entry.key[depth] === "string" ? [entry.key[depth]] : []);
-    const owned = idsOf(await listAll(kv, { prefix: keys.ownedBy(instance) }, undefined, signal));
+    const depth = keys.cancelsFor(instance).length;
+    const owned = await readOwned(kv, keys, instance, signal);
     const cancels = new Set(
-      idsOf(await listAll(kv, { prefix: keys.cancelsFor(instance) }, undefined, signal)),
+      (await listAll(kv, { prefix: keys.cancelsFor(instance) }, undefined, signal)).flatMap((
+        entry,
+      ) => typeof entry.key[depth] === "string" ? [entry.key[depth] as string] : []),
     );
-    const records = await readMany(kv, owned.map((id) => keys.record(id)), signal);
+    const ids = [...owned.ids];
+    const records = await readMany(kv, ids.map((id) => keys.record(id)), signal);
     const jobs = new Map<string, Found>();
-    const strays: string[] = [];
-    owned.forEach((id, i) => {
+    ids.forEach((id, i) => {
       const { versionstamp, value } = records[i];
       const entry = versionstamp === null ? undefined : decodeStored(value, id).entry;
       if (entry?.owner === instance) jobs.set(id, { entry, cancelRequested: cancels.has(id) });
-      else strays.push(id);
     });
-    return { jobs, strays };
+    return { jobs, index: owned.keys };
   }
 
   /** A held job's payload (inline, or read from its parts). */
@@ -468,10 +513,10 @@ export class InstanceQueue {
           found = true;
           const chosen = choose(due, want, count, rank);
           const won = await this.#claim(chosen);
-          for (const candidate of won) {
+          for (const { candidate, list } of won) {
             const entry = claimed(candidate.entry, this.#c.instance);
             const payload = await this.#readPayload(entry);
-            this.#held.set(entry.record.id, { entry, payload, handed: false });
+            this.#held.set(entry.record.id, { entry, payload, handed: false, list });
             this.#lookahead.add(entry.record.id);
           }
           want -= won.length;
@@ -489,27 +534,55 @@ export class InstanceQueue {
    * Claim `chosen`, all in flight at once (they are different jobs; each commit holds as many as
    * KV's checks allow); returns the ones that landed, in the order chosen.
    */
-  async #claim(chosen: readonly Candidate[]): Promise<Candidate[]> {
+  async #claim(
+    chosen: readonly Candidate[],
+  ): Promise<{ candidate: Candidate; list: string }[]> {
     const { kv, keys, instance } = this.#c;
-    const changes = chosen.map((candidate) =>
-      new Change()
+    // One change a commit: the claims and the owned list naming them land together.
+    const room = checkLimit(kv) - 1; // one check is the fence's
+    const groups: { candidates: Candidate[]; change: Change; name: string; key: KvKey }[] = [];
+    let group: (typeof groups)[number] | undefined;
+    for (const candidate of chosen) {
+      if (
+        !group || group.candidates.length >= Math.min(room, LIST_IDS) ||
+        group.change.bytes > CLAIM_BYTES
+      ) {
+        const name = this.#newList();
+        group = {
+          candidates: [],
+          change: new Change(),
+          name,
+          key: listKey(keys, instance, this.#epoch, this.#nextList - 1),
+        };
+        groups.push(group);
+      }
+      group.candidates.push(candidate);
+      group.change
         .check(candidate.key, candidate.versionstamp)
         .delete(candidate.key)
         .set(
           keys.record(candidate.entry.record.id),
           encodeEntry(claimed(candidate.entry, instance)),
-        )
-        .set(keys.owned(instance, candidate.entry.record.id), EMPTY)
-    );
+        );
+    }
+    for (const g of groups) {
+      g.change.set(g.key, encodeList(g.candidates.map((c) => c.entry.record.id)));
+    }
     let outcome;
     try {
-      outcome = await commitSideBySide(kv, keys, [this.fenceCheck], changes);
+      outcome = await commitSideBySide(kv, keys, [this.fenceCheck], groups.map((g) => g.change));
     } catch (error) {
       this.#stale = true; // some claims may have landed: read them back before the next call
       throw error;
     }
     if (!outcome.ok && (await this.#fenceMoved())) this.#fenced = true;
-    return chosen.filter((_, i) => outcome.landed![i]);
+    const won: { candidate: Candidate; list: string }[] = [];
+    groups.forEach((g, i) => {
+      if (!outcome.landed![i]) return;
+      this.#lists.set(g.name, { key: g.key, ids: g.candidates.map((c) => c.entry.record.id) });
+      for (const candidate of g.candidates) won.push({ candidate, list: g.name });
+    });
+    return won;
   }
 
   #readyJob({ entry, payload }: Held): ReadyJob {
@@ -579,6 +652,10 @@ export class InstanceQueue {
       return change;
     };
     const notices: BacklogNotice[] = [];
+    /** Lists made for jobs stored without a claim, named by them. */
+    const adoptedLists = new Map<string, OwnedList>();
+    /** The lists of the jobs this call ends here (they shrink with a later commit). */
+    const leaving: string[] = [];
     let seq = this.#currentSeq;
     const stored: StoreResult[] = [];
     for (const job of jobs) {
@@ -590,7 +667,7 @@ export class InstanceQueue {
       }
       seq += 1;
       const change = changeOf(id);
-      const base = held ?? this.#adopt(change, adopting.get(id)!, job.payload, now);
+      const base = held ?? this.#adopt(change, adopting.get(id)!, job.payload, now, adoptedLists);
       // A job claimed from the shared backlog needs no separate Accept (as in the engine): the
       // backlog is the producer's recoverable source, and this write takes the job out of it.
       const entry = started(base.entry, seq, now, held !== undefined);
@@ -632,6 +709,7 @@ export class InstanceQueue {
       const record = finished(held.entry, trial.outcome, settings.defaults, now, random);
       settle(change, this.#placement, held.entry, record);
       draft.set(id, null);
+      leaving.push(held.list);
       notices.push({ job: infoOf(record, now), previous: "active" });
     }
     const all = [...changes.values()];
@@ -639,6 +717,7 @@ export class InstanceQueue {
       all.push(new Change().set(keys.cursor(instance), encodeCursor(seq)));
     }
     if (all.length === 0) return { stored };
+    const shrinking = this.#shrinkLists(all);
     let outcome;
     try {
       outcome = await commitSideBySide(this.#c.kv, keys, [this.fenceCheck], all, signal);
@@ -657,6 +736,9 @@ export class InstanceQueue {
       // A job adopted here changed meanwhile: a retriable error, the next attempt reads it again.
       throw new Error(`Cannot commit: a job changed under instance ${instance}; retry`);
     }
+    for (const [name, list] of adoptedLists) this.#lists.set(name, list);
+    this.#applyShrunk(shrinking);
+    for (const list of leaving) this.#shrunk.add(list);
     for (const [id, held] of draft) {
       if (held) this.#held.set(id, held);
       else this.#held.delete(id);
@@ -689,17 +771,26 @@ export class InstanceQueue {
   }
 
   /** Take over a job stored without a claim: a queued or dead one, or a new one. */
-  #adopt(change: Change, adoption: Adoption, payload: string, now: number): Held {
+  #adopt(
+    change: Change,
+    adoption: Adoption,
+    payload: string,
+    now: number,
+    lists: Map<string, OwnedList>,
+  ): Held {
     const { keys, instance } = this.#c;
     const id = adoption.id;
-    change.set(keys.owned(instance, id), EMPTY);
+    const list = this.#newList();
+    const key = listKey(keys, instance, this.#epoch, this.#nextList - 1);
+    change.set(key, encodeList([id]));
+    lists.set(list, { key, ids: [id] });
     if (adoption.entry) {
       const { entry } = adoption;
       change.check(keys.record(id), adoption.versionstamp!);
       if (entry.record.state === "dead") {
         change.delete(keys.deadEntry(entry.record.finishedAt ?? 0, id));
       } else change.delete(readyKeyOf(keys, entry));
-      return { entry: claimed(entry, instance), payload: adoption.payload!, handed: true };
+      return { entry: claimed(entry, instance), payload: adoption.payload!, handed: true, list };
     }
     change.check(keys.record(id), adoption.finishedVs ?? null);
     const record: JobRecord = newRecord(id, planJob({}, now), now);
@@ -711,7 +802,38 @@ export class InstanceQueue {
       parts.forEach((part, n) => change.set(keys.part(id, n), part));
       entry = { record, order: 0, parts: parts.length, owner: instance };
     }
-    return { entry, payload, handed: true };
+    return { entry, payload, handed: true, list };
+  }
+
+  /**
+   * Add to a commit of this instance the rewrite of every list that names jobs gone since (their
+   * changes landed before): the list keeps the jobs still held, or goes once none is. Returns
+   * what memory becomes once the commit lands.
+   */
+  #shrinkLists(all: Change[]): Map<string, OwnedList | undefined> {
+    const shrinking = new Map<string, OwnedList | undefined>();
+    for (const name of this.#shrunk) {
+      const list = this.#lists.get(name);
+      if (!list) continue;
+      const ids = list.ids.filter((id) => this.#held.get(id)?.list === name);
+      if (ids.length === list.ids.length) continue;
+      if (ids.length === 0) {
+        all.push(new Change().delete(list.key));
+        shrinking.set(name, undefined);
+      } else {
+        all.push(new Change().set(list.key, encodeList(ids)));
+        shrinking.set(name, { key: list.key, ids });
+      }
+    }
+    return shrinking;
+  }
+
+  #applyShrunk(shrinking: Map<string, OwnedList | undefined>): void {
+    for (const [name, list] of shrinking) {
+      this.#shrunk.delete(name);
+      if (list) this.#lists.set(name, list);
+      else this.#lists.delete(name);
+    }
   }
 
   // ------------------------------------------------------------------------------------------
@@ -743,6 +865,12 @@ export class InstanceQueue {
         changes.push(change);
         notices.push({ job: infoOf(record, now), previous: entry.record.state });
       }
+      const keysOfIndex = [...this.#lists.values()].map((list) => list.key);
+      for (let i = 0; i < keysOfIndex.length; i += 500) {
+        const drop = new Change();
+        for (const key of keysOfIndex.slice(i, i + 500)) drop.delete(key);
+        changes.push(drop);
+      }
       changes.push(new Change().delete(keys.lease(instance)).delete(keys.cursor(instance)));
       const outcome = await commitChanges(kv, keys, [this.fenceCheck], changes);
       if (!outcome.ok) {
@@ -751,6 +879,9 @@ export class InstanceQueue {
       }
       const count = this.#held.size;
       this.#held.clear();
+      this.#lists.clear();
+      this.#shrunk.clear();
+      this.#lookahead.clear();
       this.#closed = true;
       for (const notice of notices) this.#c.notify(notice);
       return count;

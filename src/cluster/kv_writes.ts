@@ -310,6 +310,11 @@ function groupSize(
   return count;
 }
 
+/** The checks one commit may carry on this KV (as learnt: Deno 100, npm `@deno/kv` 10). */
+export function checkLimit(kv: ClusterKvLike): number {
+  return checkLimits.get(kv) ?? KV_LIMITS.maxChecks;
+}
+
 function isTooManyChecks(error: unknown): boolean {
   return error instanceof Error && /too ?many ?checks/i.test(error.message + error.name);
 }

@@ -46,6 +46,7 @@ import type { ClusterKeys } from "./keys.ts";
 import { Change, type ClusterKvLike, commitChanges, listAll, readMany } from "./kv_writes.ts";
 import { retryLocked } from "../queue/deno_kv/retry_locked.ts";
 import { type PlacementContext, recover, settle } from "./placement.ts";
+import { readOwned } from "./owned_index.ts";
 import type { InstanceQueue } from "./instance_queue.ts";
 
 /** A retired instance's fence is kept this long after a takeover, ms (then KV drops it). */
@@ -186,14 +187,14 @@ export class Leases {
     if (!bumped.ok) return undefined;
     const fences = [queue.fenceCheck, { key: keys.fence(dead), versionstamp: bumped.versionstamp }];
 
-    const ownedDepth = keys.ownedBy(dead).length;
-    const idAt = (entry: KvEntryLike) => entry.key[ownedDepth];
-    const owned = (await listAll(kv, { prefix: keys.ownedBy(dead) })).map(idAt)
-      .filter((id): id is string => typeof id === "string");
-    const cancels = new Set(
-      (await listAll(kv, { prefix: keys.cancelsFor(dead) })).map(idAt)
-        .filter((id): id is string => typeof id === "string"),
-    );
+    const cancelDepth = keys.cancelsFor(dead).length;
+    const index = await readOwned(kv, keys, dead);
+    const owned = [...index.ids];
+    const cancels = (await listAll(kv, { prefix: keys.cancelsFor(dead) })).flatMap((entry) => {
+      const id = entry.key[cancelDepth];
+      return typeof id === "string" ? [id] : [];
+    });
+    const cancelled = new Set(cancels);
     const records = await readMany(kv, owned.map((id) => keys.record(id)));
     const changes: Change[] = [];
     /** The notice of each change (aligned), for the jobs that moved. */
@@ -201,29 +202,32 @@ export class Leases {
     owned.forEach((id, i) => {
       const { value, versionstamp } = records[i];
       const entry = versionstamp === null ? undefined : decodeStored(value, id).entry;
-      if (entry?.owner !== dead) {
-        changes.push(new Change().delete(keys.owned(dead, id)));
-        notices.push(undefined);
-        return;
-      }
+      if (entry?.owner !== dead) return; // it left the dead instance before it died
       const { record, lost } = recover(entry, {
         defaults,
         now,
         random,
-        cancelRequested: cancels.has(id),
+        cancelRequested: cancelled.has(id),
         instance: dead,
       });
       const change = new Change();
       settle(change, this.#c.placement, entry, record, lost);
       changes.push(change);
-      cancels.delete(id);
       notices.push({ job: infoOf(record, now), previous: entry.record.state });
     });
+    // The index and the requests go after every job came back (a takeover cut short leaves them
+    // for the next survivor).
+    const leftovers = [...index.keys, ...cancels.map((id) => keys.cancel(dead, id))];
+    for (let i = 0; i < leftovers.length; i += 500) {
+      const drop = new Change();
+      for (const key of leftovers.slice(i, i + 500)) drop.delete(key);
+      changes.push(drop);
+      notices.push(undefined);
+    }
     const retire = new Change()
       .delete(keys.lease(dead))
       .delete(keys.cursor(dead))
       .set(keys.fence(dead), encodeFence(epoch + 1), RETIRED_FENCE_MS);
-    for (const id of cancels) retire.delete(keys.cancel(dead, id));
     changes.push(retire);
     const outcome = await commitChanges(kv, keys, fences, changes);
     const moved = notices.slice(0, outcome.applied).filter((n): n is BacklogNotice => !!n);

@@ -5,7 +5,7 @@
  * | state | keys |
  * |---|---|
  * | waiting, failed (queued) | record, ready entry (a copy of the record), band marker |
- * | claimed or trying at an instance | record (with owner and try), the instance's owned key |
+ * | claimed or trying at an instance | record (with owner and try), listed in the owner's index |
  * | dead | record, dead-letter entry |
  * | completed, cancelled | record, finished (expiring after the retention); nothing else |
  *
@@ -62,7 +62,8 @@ export function dropPayload(change: Change, keys: ClusterKeys, entry: Entry): vo
 
 /**
  * A job leaves its owner (or the backlog) with `record` as its new state: write it where that
- * state lives, remove the owner's keys, and count the move from `before`'s state.
+ * state lives and count the move from `before`'s state. The owner's index forgets it later
+ * (`owned_index.ts`); its record no longer names the owner from this change on.
  */
 export function settle(
   change: Change,
@@ -73,10 +74,6 @@ export function settle(
 ): Entry | undefined {
   const { keys } = context;
   const id = record.id;
-  if (before.owner !== undefined) {
-    change.delete(keys.owned(before.owner, id));
-    change.delete(keys.cancel(before.owner, id));
-  }
   change.move(before.record.state, record.state);
   const base: Entry = {
     record,

@@ -201,6 +201,43 @@ describe(`DenoKvClusterStore (${CLIENT})`, () => {
     }
   });
 
+  test("claimed tries start in one tries record; the owned index and it shrink later", async () => {
+    const f = await flow(["a"]);
+    const keysUnder = async (...path: string[]) => {
+      const found: unknown[][] = [];
+      for await (const entry of f.kv.list({ prefix: ["flow", ...path] })) {
+        found.push(entry.key.slice(1 + path.length) as unknown[]);
+      }
+      return found;
+    };
+    try {
+      await f.stores[0].enqueue(f.jobs("j", 3));
+      const ids = (await f.stores[0].take(3)).map((job) => job.messageId);
+      assert.equal((await keysUnder("owned", "a")).length, 1, "one owned list for the claim");
+      await f.start(0, ids);
+      assert.equal((await keysUnder("tries", "a")).length, 1, "one tries record for the unit");
+      const record = await f.kv.get(["flow", "record", "j0"]);
+      const stored = JSON.parse(new TextDecoder().decode(record.value as Uint8Array));
+      assert.deepEqual([stored.w, stored.t], ["a", undefined], "the record stays as claimed");
+      const running = await f.stores[0].get("j0");
+      assert.deepEqual([running?.state, running?.attempts], ["active", 1], "get sees the try");
+      await f.stores[0].commit(f.epochs[0], { confirm: ids });
+      assert.equal((await f.stores[0].get("j0"))?.state, "completed");
+      assert.equal((await keysUnder("tries", "a")).length, 1, "not yet: a later commit removes it");
+      await f.stores[0].enqueue(f.jobs("k", 1));
+      const [next] = await f.stores[0].take(1);
+      await f.start(0, [next.messageId], 4);
+      assert.deepEqual(
+        (await keysUnder("owned", "a")).length,
+        1,
+        "the first claim's list is gone, the new one's is there",
+      );
+      assert.equal((await keysUnder("tries", "a")).length, 1, "only the new unit's record");
+    } finally {
+      f.close();
+    }
+  });
+
   test("claims follow priority, then due time, then submission; a delayed job waits", async () => {
     const f = await flow(["a", "b"]);
     try {

@@ -51,6 +51,7 @@ import {
   utf8Bytes,
 } from "./codec.ts";
 import { type ClusterKeys, COUNTERS } from "./keys.ts";
+import { readStarted, withStart } from "./started_tries.ts";
 import { Change, type ClusterKvLike, commitChanges, listAll, readMany } from "./kv_writes.ts";
 import {
   dropPayload,
@@ -217,7 +218,14 @@ export class SharedBacklog {
   async get(id: string): Promise<JobInfo | undefined> {
     const now = this.#clock.now();
     const found = await this.#read(id, now);
-    return found && infoOf(found.entry?.record ?? found.finished!, now);
+    if (!found) return undefined;
+    let entry = found.entry;
+    if (entry?.owner !== undefined && !entry.trial) {
+      // Held, with no try in its record: its owner may have started one in a tries record.
+      const { starts } = await readStarted(this.#kv, this.#keys, entry.owner);
+      entry = withStart(entry, starts.get(id));
+    }
+    return infoOf(entry?.record ?? found.finished!, now);
   }
 
   /** The live entry or finished record of `id` (a finished one past retention is unknown). */

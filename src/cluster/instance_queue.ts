@@ -69,14 +69,19 @@ import type { ClusterKeys } from "./keys.ts";
 import {
   Change,
   checkLimit,
+  checkLimitKnown,
+  checksLanded,
   type ClusterKvLike,
   commitChanges,
+  type CommitOutcome,
   commitSideBySide,
+  isTooManyChecks,
   listAll,
   readMany,
 } from "./kv_writes.ts";
 import { retryLocked } from "../queue/deno_kv/retry_locked.ts";
-import { encodeList, listKey, readOwned } from "./owned_index.ts";
+import { dropAll, encodeList, listKey, readOwned } from "./owned_index.ts";
+import { encodeTries, readStarted, type Start, triesKey, withStart } from "./started_tries.ts";
 import {
   claimed,
   finished,
@@ -105,6 +110,16 @@ interface Held {
   readonly handed: boolean;
   /** The owned list that names it (`owned_index.ts`). */
   readonly list: string;
+  /** The tries record its try in progress is in, when its own record has none (`started_tries.ts`). */
+  readonly tries?: string;
+}
+
+/** The claims of one commit, and the owned list naming them. */
+interface ClaimGroup {
+  readonly candidates: Candidate[];
+  readonly change: Change;
+  readonly name: string;
+  readonly key: KvKey;
 }
 
 /** One owned list of this instance, as in KV. */
@@ -169,6 +184,10 @@ export class InstanceQueue {
   #lists = new Map<string, OwnedList>();
   /** Lists naming jobs that left (durably): rewritten by the instance's next commit. */
   readonly #shrunk = new Set<string>();
+  /** This epoch's tries records, by name, with the MessageIDs they list. */
+  #tries = new Map<string, OwnedList>();
+  /** Tries records some of whose jobs left: deleted by a later commit once all have. */
+  readonly #triesShrunk = new Set<string>();
   #nextList = 0;
   /** The earliest due time the last empty claim round saw (Infinity: none). */
   nextDue = Infinity;
@@ -323,14 +342,23 @@ export class InstanceQueue {
     const changes: Change[] = [];
     const notices: BacklogNotice[] = [];
     const needPayload: string[] = [];
-    for (const [id, { entry, cancelRequested }] of found.jobs) {
+    /** Kept tries read from a tries record: their own records get them before those go. */
+    const ownTries: Change[] = [];
+    for (const [id, { entry: asStored, cancelRequested }] of found.jobs) {
+      const entry = withStart(asStored, found.starts.get(id));
+      const keep = (held: Held) => {
+        next.set(id, held);
+        if (entry !== asStored) {
+          ownTries.push(new Change().set(keys.record(id), encodeEntry(entry)));
+        }
+      };
       const mine = this.#held.get(id);
       if (mine) {
-        next.set(id, { entry, payload: mine.payload, handed: mine.handed, list: "" });
+        keep({ entry, payload: mine.payload, handed: mine.handed, list: "" });
         continue;
       }
       if (mode === "load" && entry.trial?.accepted && !entry.trial.confirmed) {
-        next.set(id, { entry, payload: entry.payload ?? "", handed: true, list: "" });
+        keep({ entry, payload: entry.payload ?? "", handed: true, list: "" });
         if (entry.payload === undefined) needPayload.push(id);
         continue;
       }
@@ -359,13 +387,8 @@ export class InstanceQueue {
       lists.set(name, { key, ids: chunk });
       for (const id of chunk) next.set(id, { ...next.get(id)!, list: name });
     }
-    const drops: Change[] = [];
-    for (let i = 0; i < found.index.length; i += 500) {
-      const drop = new Change();
-      for (const key of found.index.slice(i, i + 500)) drop.delete(key);
-      drops.push(drop);
-    }
-    const all = [...listChanges, ...changes, ...drops];
+    const drops = dropAll([...found.index, ...found.triesKeys]);
+    const all = [...listChanges, ...ownTries, ...changes, ...drops];
     if (all.length > 0) {
       const outcome = await commitChanges(kv, keys, [this.fenceCheck], all, signal);
       if (!outcome.ok) {
@@ -382,6 +405,8 @@ export class InstanceQueue {
     this.#held = next;
     this.#lists = lists;
     this.#shrunk.clear();
+    this.#tries = new Map();
+    this.#triesShrunk.clear();
     for (const id of [...this.#lookahead]) if (!next.has(id)) this.#lookahead.delete(id);
     this.#currentSeq = seq;
     this.#stale = false;
@@ -394,7 +419,12 @@ export class InstanceQueue {
   }
 
   /** The jobs KV says this instance holds, and every key of its owned index. */
-  async #readHeld(signal?: AbortSignal): Promise<{ jobs: Map<string, Found>; index: KvKey[] }> {
+  async #readHeld(signal?: AbortSignal): Promise<{
+    jobs: Map<string, Found>;
+    index: KvKey[];
+    starts: Map<string, Start>;
+    triesKeys: KvKey[];
+  }> {
     const { kv, keys, instance } = this.#c;
     const depth = keys.cancelsFor(instance).length;
     const owned = await readOwned(kv, keys, instance, signal);
@@ -411,7 +441,8 @@ export class InstanceQueue {
       const entry = versionstamp === null ? undefined : decodeStored(value, id).entry;
       if (entry?.owner === instance) jobs.set(id, { entry, cancelRequested: cancels.has(id) });
     });
-    return { jobs, index: owned.keys };
+    const tries = await readStarted(kv, keys, instance, signal);
+    return { jobs, index: owned.keys, starts: tries.starts, triesKeys: tries.keys };
   }
 
   /** A held job's payload (inline, or read from its parts). */
@@ -540,8 +571,8 @@ export class InstanceQueue {
     const { kv, keys, instance } = this.#c;
     // One change a commit: the claims and the owned list naming them land together.
     const room = checkLimit(kv) - 1; // one check is the fence's
-    const groups: { candidates: Candidate[]; change: Change; name: string; key: KvKey }[] = [];
-    let group: (typeof groups)[number] | undefined;
+    const groups: ClaimGroup[] = [];
+    let group: ClaimGroup | undefined;
     for (const candidate of chosen) {
       if (
         !group || group.candidates.length >= Math.min(room, LIST_IDS) ||
@@ -568,6 +599,27 @@ export class InstanceQueue {
     for (const g of groups) {
       g.change.set(g.key, encodeList(g.candidates.map((c) => c.entry.record.id)));
     }
+    if (!checkLimitKnown(kv) && groups[0] && groups[0].change.checks.length > 0) {
+      // A KV whose limit is not known yet: the first commit alone tells (npm `@deno/kv` allows
+      // ten checks); refused, nothing landed, and the claim is packed again.
+      try {
+        const first = await commitSideBySide(kv, keys, [this.fenceCheck], [groups[0].change]);
+        checksLanded(kv, groups[0].change.checks.length + 1);
+        const rest = await this.#claimGroups(groups.slice(1));
+        return [...this.#won(groups.slice(0, 1), first), ...rest];
+      } catch (error) {
+        if (isTooManyChecks(error)) return this.#claim(chosen);
+        this.#stale = true;
+        throw error;
+      }
+    }
+    return this.#claimGroups(groups);
+  }
+
+  /** Commit claim groups side by side; the ones won, in order. */
+  async #claimGroups(groups: ClaimGroup[]): Promise<{ candidate: Candidate; list: string }[]> {
+    if (groups.length === 0) return [];
+    const { kv, keys } = this.#c;
     let outcome;
     try {
       outcome = await commitSideBySide(kv, keys, [this.fenceCheck], groups.map((g) => g.change));
@@ -576,6 +628,10 @@ export class InstanceQueue {
       throw error;
     }
     if (!outcome.ok && (await this.#fenceMoved())) this.#fenced = true;
+    return this.#won(groups, outcome);
+  }
+
+  #won(groups: ClaimGroup[], outcome: CommitOutcome): { candidate: Candidate; list: string }[] {
     const won: { candidate: Candidate; list: string }[] = [];
     groups.forEach((g, i) => {
       if (!outcome.landed![i]) return;
@@ -655,7 +711,10 @@ export class InstanceQueue {
     /** Lists made for jobs stored without a claim, named by them. */
     const adoptedLists = new Map<string, OwnedList>();
     /** The lists of the jobs this call ends here (they shrink with a later commit). */
-    const leaving: string[] = [];
+    const leaving: Held[] = [];
+    /** Tries of claimed jobs started here, and the state each left. */
+    const startedHere = new Map<string, Start>();
+    const froms = new Map<string, JobRecord["state"]>();
     let seq = this.#currentSeq;
     const stored: StoreResult[] = [];
     for (const job of jobs) {
@@ -666,12 +725,15 @@ export class InstanceQueue {
         continue;
       }
       seq += 1;
-      const change = changeOf(id);
-      const base = held ?? this.#adopt(change, adopting.get(id)!, job.payload, now, adoptedLists);
+      const base = held ??
+        this.#adopt(changeOf(id), adoptedLists, adopting.get(id)!, job.payload, now);
       // A job claimed from the shared backlog needs no separate Accept (as in the engine): the
       // backlog is the producer's recoverable source, and this write takes the job out of it.
       const entry = started(base.entry, seq, now, held !== undefined);
-      change.move(base.entry.record.state, "active");
+      if (held) {
+        startedHere.set(id, { seq, at: now, before: base.entry.record.attempts });
+        froms.set(id, base.entry.record.state);
+      } else changeOf(id).move(base.entry.record.state, "active");
       draft.set(id, { ...base, entry, handed: true });
       notices.push({ job: infoOf(entry.record, now), previous: base.entry.record.state });
       stored.push({
@@ -699,6 +761,21 @@ export class InstanceQueue {
       draft.set(id, { ...held, entry: { ...held.entry, trial: confirmed } });
       changeOf(id);
     }
+    // Tries started here whose jobs write nothing else now go in one tries record; a job also
+    // confirmed (or otherwise written) in this call carries its start in its own change.
+    const inRecord = new Map<string, Start>();
+    for (const [id, start] of startedHere) {
+      if (changes.has(id)) changes.get(id)!.move(froms.get(id), "active");
+      else inRecord.set(id, start);
+    }
+    let triesName: string | undefined, triesChange: Change | undefined;
+    if (inRecord.size > 0) {
+      triesName = this.#newList();
+      const key = triesKey(keys, instance, this.#epoch, this.#nextList - 1);
+      triesChange = new Change().set(key, encodeTries(inRecord));
+      for (const id of inRecord.keys()) triesChange.move(froms.get(id), "active");
+      this.#tries.set(triesName, { key, ids: [...inRecord.keys()] }); // unused until it lands
+    }
     for (const [id, change] of changes) {
       const held = current(id)!;
       const trial = held.entry.trial!;
@@ -709,10 +786,11 @@ export class InstanceQueue {
       const record = finished(held.entry, trial.outcome, settings.defaults, now, random);
       settle(change, this.#placement, held.entry, record);
       draft.set(id, null);
-      leaving.push(held.list);
+      leaving.push(held);
       notices.push({ job: infoOf(record, now), previous: "active" });
     }
     const all = [...changes.values()];
+    if (triesChange) all.push(triesChange);
     if (seq !== this.#currentSeq) {
       all.push(new Change().set(keys.cursor(instance), encodeCursor(seq)));
     }
@@ -723,8 +801,10 @@ export class InstanceQueue {
       outcome = await commitSideBySide(this.#c.kv, keys, [this.fenceCheck], all, signal);
     } catch (error) {
       this.#stale = true; // some of it may have landed
+      if (triesName) this.#tries.delete(triesName);
       throw error;
     }
+    if (!outcome.ok && triesName) this.#tries.delete(triesName);
     if (!outcome.ok) {
       if (outcome.applied > 0) this.#stale = true;
       if (await this.#fenceMoved()) {
@@ -738,10 +818,14 @@ export class InstanceQueue {
     }
     for (const [name, list] of adoptedLists) this.#lists.set(name, list);
     this.#applyShrunk(shrinking);
-    for (const list of leaving) this.#shrunk.add(list);
+    for (const held of leaving) {
+      this.#shrunk.add(held.list);
+      if (held.tries) this.#triesShrunk.add(held.tries);
+    }
     for (const [id, held] of draft) {
-      if (held) this.#held.set(id, held);
-      else this.#held.delete(id);
+      if (!held) this.#held.delete(id);
+      else if (inRecord.has(id)) this.#held.set(id, { ...held, tries: triesName });
+      else this.#held.set(id, held);
     }
     this.#currentSeq = seq;
     for (const notice of notices) this.#c.notify(notice);
@@ -773,10 +857,10 @@ export class InstanceQueue {
   /** Take over a job stored without a claim: a queued or dead one, or a new one. */
   #adopt(
     change: Change,
+    lists: Map<string, OwnedList>,
     adoption: Adoption,
     payload: string,
     now: number,
-    lists: Map<string, OwnedList>,
   ): Held {
     const { keys, instance } = this.#c;
     const id = adoption.id;
@@ -812,6 +896,12 @@ export class InstanceQueue {
    */
   #shrinkLists(all: Change[]): Map<string, OwnedList | undefined> {
     const shrinking = new Map<string, OwnedList | undefined>();
+    for (const name of this.#triesShrunk) {
+      const tries = this.#tries.get(name);
+      if (!tries || tries.ids.some((id) => this.#held.get(id)?.tries === name)) continue;
+      all.push(new Change().delete(tries.key));
+      shrinking.set(`tries ${name}`, undefined);
+    }
     for (const name of this.#shrunk) {
       const list = this.#lists.get(name);
       if (!list) continue;
@@ -830,6 +920,11 @@ export class InstanceQueue {
 
   #applyShrunk(shrinking: Map<string, OwnedList | undefined>): void {
     for (const [name, list] of shrinking) {
+      if (name.startsWith("tries ")) {
+        this.#triesShrunk.delete(name.slice(6));
+        this.#tries.delete(name.slice(6));
+        continue;
+      }
       this.#shrunk.delete(name);
       if (list) this.#lists.set(name, list);
       else this.#lists.delete(name);
@@ -865,12 +960,9 @@ export class InstanceQueue {
         changes.push(change);
         notices.push({ job: infoOf(record, now), previous: entry.record.state });
       }
-      const keysOfIndex = [...this.#lists.values()].map((list) => list.key);
-      for (let i = 0; i < keysOfIndex.length; i += 500) {
-        const drop = new Change();
-        for (const key of keysOfIndex.slice(i, i + 500)) drop.delete(key);
-        changes.push(drop);
-      }
+      changes.push(
+        ...dropAll([...this.#lists.values(), ...this.#tries.values()].map((list) => list.key)),
+      );
       changes.push(new Change().delete(keys.lease(instance)).delete(keys.cursor(instance)));
       const outcome = await commitChanges(kv, keys, [this.fenceCheck], changes);
       if (!outcome.ok) {
@@ -881,6 +973,8 @@ export class InstanceQueue {
       this.#held.clear();
       this.#lists.clear();
       this.#shrunk.clear();
+      this.#tries.clear();
+      this.#triesShrunk.clear();
       this.#lookahead.clear();
       this.#closed = true;
       for (const notice of notices) this.#c.notify(notice);

@@ -12,7 +12,9 @@
  * [P, "wake"]                              KvU64: one more for every commit that readies a job
  * [P, "fence", instance]                   {"epoch":n}: every write of the instance checks it
  * [P, "lease", instance]                   the instance's lease and figures (the registry)
- * [P, "owned", instance, id]               the jobs an instance holds (claimed or trying)
+ * [P, "owned", instance, epoch, n]         a list of jobs one claim took (`owned_index.ts`);
+ *                                          [P, "owned", instance, id] in older stores
+ * [P, "tries", instance, epoch, n]         tries one unit started (`started_tries.ts`)
  * [P, "cursor", instance]                  the instance's work-queue append cursor
  * [P, "cancel", instance, id]              a cancel request for a job the instance holds
  * [P, "paused"]                            {"paused":bool,"at":ms}: the flow's pause flag, shared
@@ -120,11 +122,6 @@ export class ClusterKeys {
   /** List prefix of the jobs an instance holds. */
   ownedBy(instance: string): KvKey {
     return [...this.prefix, "owned", instance];
-  }
-
-  /** One job an instance holds. */
-  owned(instance: string, id: string): KvKey {
-    return [...this.ownedBy(instance), id];
   }
 
   /** An instance's append cursor. */

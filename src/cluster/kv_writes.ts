@@ -315,7 +315,18 @@ export function checkLimit(kv: ClusterKvLike): number {
   return checkLimits.get(kv) ?? KV_LIMITS.maxChecks;
 }
 
-function isTooManyChecks(error: unknown): boolean {
+/** Whether a commit with more than ten checks landed on this KV, or one was refused. */
+export function checkLimitKnown(kv: ClusterKvLike): boolean {
+  return checkLimits.has(kv);
+}
+
+/** A commit with `checks` checks landed on `kv`: it takes that many. */
+export function checksLanded(kv: ClusterKvLike, checks: number): void {
+  if (checks > FEW_CHECKS && !checkLimits.has(kv)) checkLimits.set(kv, KV_LIMITS.maxChecks);
+}
+
+/** Whether `error` is a backend refusing a commit for its number of checks. */
+export function isTooManyChecks(error: unknown): boolean {
   return error instanceof Error && /too ?many ?checks/i.test(error.message + error.name);
 }
 

@@ -46,7 +46,8 @@ import type { ClusterKeys } from "./keys.ts";
 import { Change, type ClusterKvLike, commitChanges, listAll, readMany } from "./kv_writes.ts";
 import { retryLocked } from "../queue/deno_kv/retry_locked.ts";
 import { type PlacementContext, recover, settle } from "./placement.ts";
-import { readOwned } from "./owned_index.ts";
+import { dropAll, readOwned } from "./owned_index.ts";
+import { readStarted, withStart } from "./started_tries.ts";
 import type { InstanceQueue } from "./instance_queue.ts";
 
 /** A retired instance's fence is kept this long after a takeover, ms (then KV drops it). */
@@ -196,13 +197,15 @@ export class Leases {
     });
     const cancelled = new Set(cancels);
     const records = await readMany(kv, owned.map((id) => keys.record(id)));
+    const tries = await readStarted(kv, keys, dead);
     const changes: Change[] = [];
     /** The notice of each change (aligned), for the jobs that moved. */
     const notices: (BacklogNotice | undefined)[] = [];
     owned.forEach((id, i) => {
       const { value, versionstamp } = records[i];
-      const entry = versionstamp === null ? undefined : decodeStored(value, id).entry;
-      if (entry?.owner !== dead) return; // it left the dead instance before it died
+      const stored = versionstamp === null ? undefined : decodeStored(value, id).entry;
+      if (stored?.owner !== dead) return; // it left the dead instance before it died
+      const entry = withStart(stored, tries.starts.get(id));
       const { record, lost } = recover(entry, {
         defaults,
         now,
@@ -217,10 +220,13 @@ export class Leases {
     });
     // The index and the requests go after every job came back (a takeover cut short leaves them
     // for the next survivor).
-    const leftovers = [...index.keys, ...cancels.map((id) => keys.cancel(dead, id))];
-    for (let i = 0; i < leftovers.length; i += 500) {
-      const drop = new Change();
-      for (const key of leftovers.slice(i, i + 500)) drop.delete(key);
+    for (
+      const drop of dropAll([
+        ...index.keys,
+        ...tries.keys,
+        ...cancels.map((id) => keys.cancel(dead, id)),
+      ])
+    ) {
       changes.push(drop);
       notices.push(undefined);
     }

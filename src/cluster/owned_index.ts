@@ -21,7 +21,7 @@
 import type { KvEntryLike, KvKey } from "../queue/deno_kv/port.ts";
 import { malformed } from "./codec.ts";
 import type { ClusterKeys } from "./keys.ts";
-import { type ClusterKvLike, listAll } from "./kv_writes.ts";
+import { Change, type ClusterKvLike, listAll } from "./kv_writes.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -78,4 +78,15 @@ function decodeList(entry: KvEntryLike): string[] {
     throw malformed(`${where} holds no list of MessageIDs`);
   }
   return ids;
+}
+
+/** Changes deleting `keys`, 500 a change. */
+export function dropAll(keys: readonly KvKey[]): Change[] {
+  const drops: Change[] = [];
+  for (let i = 0; i < keys.length; i += 500) {
+    const drop = new Change();
+    for (const key of keys.slice(i, i + 500)) drop.delete(key);
+    drops.push(drop);
+  }
+  return drops;
 }

@@ -20,6 +20,7 @@ import { kvClient, openKv } from "./fixtures/open_kv.ts";
 const FIXTURES = join(import.meta.dirname!, "fixtures", "kv");
 const manifest = JSON.parse(readFileSync(join(FIXTURES, "manifest.json"), "utf8"));
 const written = manifest.files["cluster_store.sqlite"];
+const single = manifest.files["job_store_v2.sqlite"];
 const PREFIX = written.prefix as string[];
 
 interface Expected {
@@ -41,11 +42,11 @@ function pinnedClock(at: number): Clock & { at: number } {
   };
 }
 
-/** A copy of the fixture with KV expiry cleared, opened. */
-async function openCopy() {
+/** A copy of a fixture with KV expiry cleared, opened. */
+async function openCopy(file = "cluster_store.sqlite") {
   const dir = mkdtempSync(join(tmpdir(), "workpull-fixture-"));
   const path = join(dir, "flow.sqlite");
-  copyFileSync(join(FIXTURES, "cluster_store.sqlite"), path);
+  copyFileSync(join(FIXTURES, file), path);
   const db = new DatabaseSync(path);
   db.exec("UPDATE kv SET expiration_ms = -1");
   db.close();
@@ -148,6 +149,63 @@ describe(`a shared flow written by 1f3f1a6 (${kvClient})`, {
       assert.equal(hex, expected.payloadSha256, "the two-part payload, joined as bytes");
     } finally {
       b.close();
+      copy.close();
+    }
+  });
+
+  test("a single-instance store (format 2) moves into the shared layout at the first load", async () => {
+    const copy = await openCopy("job_store_v2.sqlite");
+    const clock = pinnedClock(single.writtenAt);
+    const a = new DenoKvClusterStore(copy.kv as unknown as ClusterKvLike, {
+      prefix: single.prefix,
+      retention: single.storeOptions.retention,
+      clock,
+      instance: { id: "a", leaseTtl: 10_000 },
+    });
+    try {
+      await a.load();
+      for (const job of single.jobs as Expected[]) {
+        const info = await a.get(job.messageId);
+        // The try in progress at the old process comes back, as a lost instance's would.
+        const expected = job.state === "active"
+          ? ["waiting", job.attempts - 1, job.priority]
+          : [job.state, job.attempts, job.priority];
+        assert.deepEqual([info?.state, info?.attempts, info?.priority], expected, job.messageId);
+        assert.deepEqual(info?.result, job.result ?? undefined, job.messageId);
+      }
+      assert.equal(await a.readPaused(), true, "the pause flag stays");
+      await a.renew();
+      assert.deepEqual(a.counts(), {
+        ...single.counts,
+        waiting: single.counts.waiting + single.counts.active,
+        active: 0,
+      });
+      assert.deepEqual(
+        (await a.deadLetters(10)).jobs.map((job) => job.id).sort(),
+        [
+          ...single.deadLetters,
+        ].sort(),
+      );
+      const old: unknown[] = [];
+      for (const name of ["epoch", "meta", "job", "payload", "try", "finished"]) {
+        for await (const entry of copy.kv.list({ prefix: [...single.prefix, name] })) {
+          old.push(entry.key);
+        }
+        const [marker] = await copy.kv.getMany([[...single.prefix, name]]);
+        if (marker.versionstamp !== null) old.push(marker.key);
+      }
+      assert.deepEqual(old, [], "the old layout is gone");
+      const taken = await a.take(20);
+      const large = taken.find((job) => job.messageId === "fx-waiting-large")!;
+      const expected = single.jobs.find((job: Expected) => job.messageId === "fx-waiting-large");
+      const digest = new Uint8Array(
+        await crypto.subtle.digest("SHA-256", new TextEncoder().encode(large.payload)),
+      );
+      const hex = [...digest].map((byte) => byte.toString(16).padStart(2, "0")).join("");
+      assert.equal(hex, expected.payloadSha256, "the two-part payload, joined as bytes");
+      assert.equal(taken[0].messageId, "fx-waiting-max", "highest priority first");
+    } finally {
+      a.close();
       copy.close();
     }
   });

@@ -22,6 +22,7 @@ import {
   DenoKvClusterStore,
   type DenoKvClusterStoreOptions,
   DenoKvJobStore,
+  DenoKvWorkQueue,
   type TakeoverEvent,
 } from "../deno_kv.ts";
 import { planJob } from "../src/lifecycle/job_options.ts";
@@ -615,15 +616,35 @@ describe(`DenoKvClusterStore (${CLIENT})`, () => {
     }
   });
 
-  test("a prefix holding a single-instance store is refused", async () => {
+  test("a single-instance store's prefix is migrated; a bare work queue's is refused", async () => {
     const kv = await openKv(":memory:");
     try {
       const single = new DenoKvJobStore(kv, { prefix: ["mixed"] });
       await single.load();
-      single.close();
+      await single.enqueue([{ id: "j", payload: '{"a":1}', plan: planJob({}, Date.now()) }]);
       const shared = new DenoKvClusterStore(kv as unknown as ClusterKvLike, { prefix: ["mixed"] });
-      await assert.rejects(shared.load(), QueueConflictError);
+      await shared.load();
+      assert.equal((await shared.get("j"))?.state, "waiting");
+      await assert.rejects(
+        single.enqueue([{ id: "k", payload: "1", plan: planJob({}, Date.now()) }]),
+        QueueFencedError,
+        "the old store is fenced by the migration",
+      );
+      assert.deepEqual((await shared.take(5)).map((job) => [job.messageId, job.payload]), [
+        ["j", '{"a":1}'],
+      ]);
+      single.close();
       shared.close();
+      const again = new DenoKvJobStore(kv, { prefix: ["mixed"] });
+      await assert.rejects(again.load(), /holds a shared flow/, "no going back unnoticed");
+      again.close();
+      const queue = new DenoKvWorkQueue(kv, { prefix: ["bare"] });
+      const { epoch } = await queue.load();
+      await queue.store(epoch, { messageId: "m", payload: "1", proposedSeq: 1 });
+      const other = new DenoKvClusterStore(kv as unknown as ClusterKvLike, { prefix: ["bare"] });
+      await assert.rejects(other.load(), QueueConflictError);
+      other.close();
+      await queue.store(epoch, { messageId: "n", payload: "2", proposedSeq: 2 }); // not fenced
     } finally {
       kv.close();
     }

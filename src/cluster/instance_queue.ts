@@ -81,6 +81,7 @@ import {
 } from "./kv_writes.ts";
 import { retryLocked } from "../queue/deno_kv/retry_locked.ts";
 import { dropAll, encodeList, listKey, readOwned } from "./owned_index.ts";
+import { holdsWorkQueue, migrateSingleInstance } from "./migration.ts";
 import { encodeTries, readStarted, type Start, triesKey, withStart } from "./started_tries.ts";
 import {
   claimed,
@@ -252,10 +253,14 @@ export class InstanceQueue {
       const { kv, keys, instance } = this.#c;
       const markers = await readMany(kv, keys.singleInstanceMarkers, signal);
       if (markers.some((entry) => entry.versionstamp !== null)) {
-        throw new QueueConflictError(
-          "Cannot load the shared job store: its prefix holds a single-instance store " +
-            "(DenoKvJobStore or DenoKvWorkQueue); give the shared flow a prefix of its own",
-        );
+        if (await holdsWorkQueue(kv, keys, signal)) {
+          throw new QueueConflictError(
+            "Cannot load the shared job store: its prefix holds a bare work queue " +
+              "(DenoKvWorkQueue); give the shared flow a prefix of its own",
+          );
+        }
+        // A flow of the single-instance store: it moves into the shared layout here.
+        await migrateSingleInstance({ ...this.#c }, signal);
       }
       for (let attempt = 1;; attempt++) {
         signal?.throwIfAborted();

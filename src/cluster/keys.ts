@@ -25,8 +25,8 @@
  * priority), then due time, then submission order: listing a band from its start yields its due
  * jobs first. None of these names is used by the single-instance stores (`epoch`, `meta`,
  * `job`, `done`, `payload`, `try`, `finished`, `flags`, `accepted`, `completed`, `part`), so a
- * prefix holding one cannot be mistaken for a shared flow; `load` refuses a prefix that holds a
- * single-instance store's keys.
+ * prefix holding one cannot be mistaken for a shared flow: `load` migrates a `DenoKvJobStore`'s
+ * (`migration.ts`) and refuses a `DenoKvWorkQueue`'s.
  *
  * @module
  */
@@ -56,7 +56,7 @@ export class ClusterKeys {
   readonly dead: KvKey;
   /** List prefix of the leases (the instance registry). */
   readonly leases: KvKey;
-  /** Keys a single-instance store writes under the same prefix (`load` refuses them). */
+  /** Keys a single-instance store writes under the same prefix (`load` migrates them). */
   readonly singleInstanceMarkers: readonly KvKey[];
 
   /** Keys under `prefix`. */

@@ -26,7 +26,7 @@
  * @module
  */
 
-import { QueueFencedError } from "../../queue/work_queue.ts";
+import { QueueConflictError, QueueFencedError } from "../../queue/work_queue.ts";
 import { KV_LIMITS, type KvEntryLike, type KvKey, type KvLike } from "../../queue/deno_kv/port.ts";
 import { encodedKeySize } from "../../queue/deno_kv/layout.ts";
 import { decodeEpoch, encodeEpoch } from "../../queue/deno_kv/codec.ts";
@@ -108,8 +108,13 @@ export class DenoKvJournal implements Journal {
   }
 
   /** Acquire writership under the next epoch, then read the whole store. */
-  async open(signal?: AbortSignal): Promise<{ epoch: number; snapshot: JournalSnapshot }> {
+  async open(
+    signal?: AbortSignal,
+    /** For the migration into the shared layout, which may find it begun. */
+    migrating = false,
+  ): Promise<{ epoch: number; snapshot: JournalSnapshot }> {
     const key = this.#keys.epoch;
+    if (!migrating) await this.#refuseSharedFlow();
     for (let attempt = 1;; attempt++) {
       signal?.throwIfAborted();
       const [entry] = await this.#kv.getMany([key]);
@@ -125,6 +130,23 @@ export class DenoKvJournal implements Journal {
       }
       if (attempt === ATTEMPTS) {
         throw new Error(`Cannot load the job store: other loads won the epoch ${ATTEMPTS} times`);
+      }
+    }
+  }
+
+  /**
+   * A prefix that holds a shared flow (`DenoKvClusterStore`, or a flow one migrated from this
+   * store) is not opened: this store would see none of its jobs.
+   */
+  async #refuseSharedFlow(): Promise<void> {
+    const prefix = this.#keys.prefix;
+    for (const name of ["record", "lease"]) {
+      for await (const _ of this.#kv.list({ prefix: [...prefix, name] }, { limit: 1 })) {
+        throw new QueueConflictError(
+          `Cannot load the job store: its prefix ${
+            JSON.stringify(prefix)
+          } holds a shared flow (DenoKvClusterStore); open it with DenoKvClusterStore`,
+        );
       }
     }
   }

@@ -1,6 +1,7 @@
 /**
- * Test utilities: a simulated clock for deterministic tests of code built on workpull, and the
- * conformance suite that any {@linkcode DurableWorkQueue} adapter can run.
+ * Test utilities: a simulated clock for deterministic tests of code built on workpull, the
+ * conformance suite that any {@linkcode DurableWorkQueue} adapter can run, and `RemoteKv`, a Deno
+ * KV handle behind the round trips and faults of a hosted KV (for benchmarks and fault tests).
  *
  * @example Drive time by hand
  * ```ts
@@ -39,3 +40,4 @@ export {
   workQueueConformanceCases,
 } from "./src/testing/queue_conformance.ts";
 export * from "./src/queue/work_queue.ts";
+export * from "./src/testing/remote_kv.ts";

@@ -46,6 +46,7 @@ import {
 } from "./lib/runtime.ts";
 import { median, round } from "./lib/stats.ts";
 import { makeTempDir, removeTempDir, removeTempDirs } from "./lib/tmp.ts";
+import type { RemoteKvResult } from "./scenarios/remote_kv.ts";
 
 const SCENARIOS = [
   "throughput",
@@ -54,17 +55,21 @@ const SCENARIOS = [
   "durable",
   "backlog",
   "cluster",
+  "remote-kv",
   "latency",
   "failover",
   "memory",
   "size",
 ];
+/** Scenarios a run includes only when `--scenarios` names them (each adds minutes). */
+const OPT_IN = new Set(["remote-kv"]);
 /** Scenarios that run once per runtime (the others are runtime-independent: run once). */
 const PER_RUNTIME = new Set([
   "throughput",
   "durable",
   "backlog",
   "cluster",
+  "remote-kv",
   "latency",
   "failover",
   "memory",
@@ -85,7 +90,7 @@ const COMMAND: CommandSpec = {
     scenarios: {
       kind: "value",
       value: "a,b,…",
-      help: `scenarios to run (default all): ${SCENARIOS.join(", ")}`,
+      help: `scenarios to run (default all but ${[...OPT_IN].join(", ")}): ${SCENARIOS.join(", ")}`,
     },
     runtimes: {
       kind: "value",
@@ -97,15 +102,30 @@ const COMMAND: CommandSpec = {
       kind: "value",
       value: "N",
       help:
-        "jobs per run of throughput, peer, nats, durable, latency (default 100000; 20000 with --quick); also backlog when given (default 30000)",
+        "jobs per run of throughput, peer, nats, durable, latency (default 100000; 20000 with --quick); also backlog and remote-kv when given (default 30000 and 10000)",
     },
     rounds: {
       kind: "value",
       value: "N",
       help:
-        "throughput rounds (default 5; 3 with --quick); also the rounds of nats, backlog and latency when given (default 3)",
+        "throughput rounds (default 5; 3 with --quick); also the rounds of nats, backlog, remote-kv and latency when given (default 3)",
     },
     quick: { kind: "switch", help: "fewer jobs and rounds everywhere; prints only" },
+    "commit-latency": {
+      kind: "value",
+      value: "MS",
+      help: "remote-kv: the simulated round trip of a KV commit (default 10)",
+    },
+    "read-latency": {
+      kind: "value",
+      value: "MS",
+      help: "remote-kv: the simulated round trip of a KV read or list batch (default 5)",
+    },
+    "probe-spacing": {
+      kind: "value",
+      value: "MS",
+      help: "remote-kv: the wait between one enqueue-to-start probe job and the next (default 5)",
+    },
     write: {
       kind: "switch",
       help: "write results.json and results.md even for a partial run (never README_SECTION.md)",
@@ -130,6 +150,10 @@ const COMMAND: CommandSpec = {
     "              to a worker process, each vs the store's own writes as raw KV commits",
     "  cluster     1, 2 and 3 instances sharing a flow on one Deno KV file (aggregate",
     "              throughput), and an instance SIGKILL → takeover → first redelivery (Deno)",
+    "  remote-kv   the KV stores behind a simulated hosted KV (RemoteKv: 10 ms a commit, 5 ms a",
+    "              read) beside 0 ms: 1, 2 and 4 shared instances and the single store; jobs/s,",
+    "              commits and reads a job, enqueue → start across instances (Deno; opt-in: only",
+    "              with --scenarios=remote-kv)",
     "  latency     submit → handler start at half the maximum throughput; per runtime",
     "  failover    SIGKILL and SIGSTOP of a worker process; per runtime",
     "  memory      controller heap per pending job (Deno)",
@@ -146,7 +170,8 @@ const { values } = commandLine(COMMAND, argv);
 const flag = (name: string) => values[name] as string | undefined;
 const quick = values.quick === true;
 const child = values.child === true;
-const selected = (flag("scenarios")?.split(",") ?? SCENARIOS).filter(Boolean);
+const selected = (flag("scenarios")?.split(",") ?? SCENARIOS.filter((name) => !OPT_IN.has(name)))
+  .filter(Boolean);
 const runtimes = (flag("runtimes")?.split(",") ??
   (runtime === "deno" ? ["deno", "bun", "node"] : [runtime]))
   .filter(Boolean);
@@ -178,6 +203,15 @@ const config = {
     rounds: flag("rounds") ? rounds : quick ? 2 : 3,
   },
   cluster: { jobs: quick ? 5_000 : 20_000, rounds: quick ? 2 : 3, takeoverRounds: quick ? 2 : 3 },
+  remoteKv: {
+    jobs: flag("jobs") ? jobs : quick ? 2_000 : 10_000,
+    rounds: flag("rounds") ? rounds : quick ? 1 : 3,
+    commitLatency: numberArg("--commit-latency", flag("commit-latency"), 10, 0),
+    readLatency: numberArg("--read-latency", flag("read-latency"), 5, 0),
+    probeJobs: quick ? 50 : 200,
+    probeSpacing: numberArg("--probe-spacing", flag("probe-spacing"), 5, 0),
+    capSeconds: 20,
+  },
   latency: {
     maxJobs: jobs,
     seconds: quick ? 2 : 3,
@@ -208,10 +242,13 @@ const onSignal = () => {
 process.on("SIGINT", onSignal);
 process.on("SIGTERM", onSignal);
 
+/** A runtime's results, with the scenarios `lib/report.ts` does not summarise (yet). */
+type HereResults = RuntimeResults & { remoteKv?: RemoteKvResult };
+
 /** The scenarios of this runtime, run here. */
-async function runHere(): Promise<RuntimeResults> {
+async function runHere(): Promise<HereResults> {
   const loads: LoadRecord[] = [];
-  const results: RuntimeResults = { skipped: {}, loads };
+  const results: HereResults = { skipped: {}, loads };
   const want = (name: string) =>
     selected.includes(name) && PER_RUNTIME.has(name) && (runtime !== "node" || ON_NODE.has(name));
   if (runtime === "node") {
@@ -266,6 +303,16 @@ async function runHere(): Promise<RuntimeResults> {
       results.cluster = await measured("cluster", () => cluster({ ...config.cluster, log }));
     } else {
       results.skipped.cluster = "the instances are Deno processes on a Deno KV file";
+    }
+  }
+  if (want("remote-kv")) {
+    if (runtime === "deno") {
+      log(`\n[${runtime}] 3d. remote-kv: the KV stores behind a simulated hosted KV`);
+      const { remoteKv } = await import("./scenarios/remote_kv.ts");
+      // Its table is printed at the end of the run, after the summary.
+      results.remoteKv = await measured("remote-kv", () => remoteKv({ ...config.remoteKv, log }));
+    } else {
+      results.skipped["remote-kv"] = "the instances are Deno processes on a Deno KV file";
     }
   }
   if (want("latency")) {
@@ -471,6 +518,11 @@ async function main(): Promise<void> {
   results.busy = busyVerdict(loadBeforeRun, allLoads);
   results.targets = targets(results);
   console.log(`\n${textSummary(results)}\n`);
+  const remote = (results.runtimes[runtime] as HereResults | undefined)?.remoteKv;
+  if (remote) {
+    const { remoteKvTable } = await import("./scenarios/remote_kv.ts");
+    console.log(`${remoteKvTable(remote)}\n`);
+  }
   if (results.busy.busy) {
     console.log(
       `WARNING: the machine was busy during this run (${

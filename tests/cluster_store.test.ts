@@ -27,6 +27,7 @@ import {
 } from "../deno_kv.ts";
 import { planJob } from "../src/lifecycle/job_options.ts";
 import { QueueConflictError, QueueFencedError } from "../src/queue/work_queue.ts";
+import type { ControllerStats } from "../src/controller/controller.ts";
 import { type QueueFactory, runWorkQueueConformance } from "../src/testing/queue_conformance.ts";
 import { type Clock, SimulatedClock } from "../src/core/clock.ts";
 import { decodeLease } from "../src/cluster/codec.ts";
@@ -234,6 +235,27 @@ describe(`DenoKvClusterStore (${CLIENT})`, () => {
         "the first claim's list is gone, the new one's is there",
       );
       assert.equal((await keysUnder("tries", "a")).length, 1, "only the new unit's record");
+    } finally {
+      f.close();
+    }
+  });
+
+  test("an instance whose workers all left claims nothing and gives back what it claimed ahead", async () => {
+    const f = await flow(["a", "b"]);
+    try {
+      let workers = [{ connected: true }];
+      f.stores[0].listen({
+        ready() {},
+        changed() {},
+        stats: () => ({ workers }) as unknown as ControllerStats,
+      });
+      await f.stores[0].enqueue(f.jobs("j", 10));
+      const handed = await f.stores[0].take(2); // all it asked for: 2 more are claimed ahead
+      assert.equal(handed.length, 2);
+      workers = [];
+      assert.deepEqual(await f.stores[0].take(5), [], "no worker here: nothing claimed");
+      const others = await f.stores[1].take(10);
+      assert.equal(others.length, 8, "b gets all but the 2 a handed out, once ahead-claimed too");
     } finally {
       f.close();
     }

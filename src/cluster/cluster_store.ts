@@ -368,6 +368,13 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
    * moves or the earliest due job falls due.
    */
   async take(max: number): Promise<readonly ReadyJob[]> {
+    if (!this.#hasWorkers()) {
+      // A grant left open by workers that went: claim nothing another instance could run, and
+      // give back what was claimed ahead; look again when the counter moves (a worker may come).
+      await this.#queue.handBackLookahead().catch(() => {});
+      this.#armWaker();
+      return [];
+    }
     let jobs: readonly ReadyJob[];
     try {
       jobs = await this.#queue.take(max);
@@ -383,6 +390,7 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
 
   /** `take` answered from the jobs this instance claimed ahead, or undefined (then `take`). */
   takeNow(max: number): readonly ReadyJob[] | undefined {
+    if (!this.#hasWorkers()) return undefined;
     const jobs = this.#queue.takeNow(max);
     if (jobs) this.#waker.found();
     return jobs;
@@ -625,6 +633,12 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
       if (error instanceof QueueFencedError && this.#queue.fenced) this.#reportFenced();
       throw error;
     }
+  }
+
+  /** Whether a worker is connected to this instance's controller (true when it cannot tell). */
+  #hasWorkers(): boolean {
+    const stats = this.#listener?.stats?.();
+    return !stats || stats.workers.some((worker) => worker.connected);
   }
 
   #figures(): { workers: number; inFlight: number; pending: number } {

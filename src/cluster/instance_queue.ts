@@ -936,6 +936,41 @@ export class InstanceQueue {
     }
   }
 
+  /**
+   * Give the jobs claimed ahead back to the shared backlog, as they were (no worker is left to
+   * run them here; another instance's may).
+   */
+  handBackLookahead(): Promise<number> {
+    return this.#serial(undefined, () =>
+      this.#alone(async () => {
+        if (!this.live || this.#lookahead.size === 0) return 0;
+        const { kv, keys, clock } = this.#c;
+        const now = clock.now();
+        const back = [...this.#lookahead].flatMap((id) => {
+          const held = this.#held.get(id);
+          return held && !held.handed && !held.entry.trial ? [held] : [];
+        });
+        const changes = back.map((held) => {
+          const change = new Change();
+          settle(change, this.#placement, held.entry, held.entry.record);
+          return change;
+        });
+        const outcome = await commitSideBySide(kv, keys, [this.fenceCheck], changes);
+        let count = 0;
+        back.forEach((held, i) => {
+          if (!outcome.landed![i]) return;
+          const id = held.entry.record.id;
+          this.#lookahead.delete(id);
+          this.#held.delete(id);
+          this.#shrunk.add(held.list);
+          count += 1;
+          this.#c.notify({ job: infoOf(held.entry.record, now), previous: "waiting" });
+        });
+        if (!outcome.ok) this.#stale = true;
+        return count;
+      }));
+  }
+
   // ------------------------------------------------------------------------------------------
   // Leaving
 

@@ -34,7 +34,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { SoakPaths } from "../tools/soak/records.ts";
 import { summaryLine } from "../tools/soak/summary.ts";
-import { verify } from "../tools/soak/verify.ts";
+import { verify, type VerifySettings } from "../tools/soak/verify.ts";
 
 const T0 = 1_700_000_000_000;
 
@@ -145,7 +145,11 @@ function startSharedStory(j: Journals, instances: number, jobs: number): void {
  * Write a story to fresh journals and verify it: a single-controller soak, or with `instances` a
  * shared-mode one (lease 3 s).
  */
-function verifyStory(write: (journals: Journals) => void, instances?: number) {
+function verifyStory(
+  write: (journals: Journals) => void,
+  instances?: number,
+  end: Partial<Pick<VerifySettings, "drain" | "queued">> = {},
+) {
   const dir = mkdtempSync(join(tmpdir(), "workpull-soak-verify-"));
   try {
     const journals = new Journals(dir);
@@ -162,6 +166,7 @@ function verifyStory(write: (journals: Journals) => void, instances?: number) {
         ...(instances === undefined ? {} : { instances, leaseMs: 3000 }),
       },
       drain: { complete: true, remaining: 0, ms: 0 },
+      ...end,
     });
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -670,4 +675,58 @@ test("a confirmation held at a stop is lost to a later instance stop that took t
     avoidable: 0,
   });
   assert.deepEqual(byFault, { "instance-stop": 1 });
+});
+
+/**
+ * The end of a soak whose drain stalled (seed 8): the controller (pid 100) acknowledged j1..j4;
+ * w1 (pid 201) ran j1; j2 and j3 were still in the queue, accepted and unconfirmed, when the soak
+ * ended (held at a worker behind long jobs); j4 was in no queue. Only j4 is lost; the stalled drain
+ * fails the soak for the other two.
+ */
+function writeQueuedAtEndStory(j: Journals): void {
+  j.soak({ ev: "phase", phase: "start", t: 0 });
+  j.spawn("controller", "controller", 100, 0);
+  j.controller(100, { ev: "ready", session: "s1", loaded: 0, t: 100 });
+  j.spawn("worker", "w1", 201, 50);
+  j.attach("w1", 201, 200, "s1", "b1");
+  j.producer({ ev: "send", from: 1, to: 4, attempt: 1, t: 300 });
+  j.producer({ ev: "ack", from: 1, to: 4, t: 500 });
+  j.run("w1", 201, "w1", "b1", 1, 600, 610);
+}
+
+test("a job still in the queue at the end is not lost; the stalled drain fails the soak", () => {
+  const drain = {
+    complete: false,
+    remaining: 3,
+    ms: 75_000,
+    ended: "stalled" as const,
+    longestQuietMs: 60_000,
+  };
+  const summary = verifyStory(writeQueuedAtEndStory, undefined, {
+    drain,
+    queued: new Set([2, 3]),
+  });
+  assert.equal(summary.ran, 1);
+  assert.equal(summary.lost, 1);
+  assert.deepEqual(summary.lostExamples, ["j4"]);
+  assert.equal(summary.queued, 2);
+  assert.deepEqual(summary.queuedExamples, ["j2", "j3"]);
+  assert.deepEqual(summary.failures, [
+    "1 lost",
+    "drain stalled: no job finished for 60 s (after 75 s; 3 jobs, 2 still queued)",
+  ]);
+  assert.match(summaryLine(summary), /lost 1 \(2 still queued\), duplicates 0/);
+
+  // Every unfinished job still queued: nothing is lost; only the drain fails.
+  const held = verifyStory(writeQueuedAtEndStory, undefined, { drain, queued: new Set([2, 3, 4]) });
+  assert.equal(held.lost, 0);
+  assert.equal(held.queued, 3);
+  assert.deepEqual(held.failures, [
+    "drain stalled: no job finished for 60 s (after 75 s; 3 jobs, 3 still queued)",
+  ]);
+
+  // The queue not read (--instances): every unfinished job counts as lost, as before.
+  const unread = verifyStory(writeQueuedAtEndStory, undefined, { drain });
+  assert.equal(unread.lost, 3);
+  assert.equal(unread.queued, null);
 });

@@ -29,6 +29,7 @@ import type { WorkpullServer } from "../../server.ts";
 import { journalBindings, journalCommits } from "./controller_journal.ts";
 import { Journal, wallClock } from "./journal.ts";
 import { announce, type ChildBase, childConfig } from "./lifeline.ts";
+import { queuePrefix } from "./queued.ts";
 
 /** The configuration of the controller process. */
 export interface ControllerConfig extends ChildBase {
@@ -49,7 +50,7 @@ const journal = new Journal(join(config.dir, `${pid}.jsonl`));
 
 const kv = await Deno.openKv(config.kvPath);
 const kvOpened = wallClock();
-const queue = new DenoKvWorkQueue(kv, { prefix: ["soak", config.name] });
+const queue = new DenoKvWorkQueue(kv, { prefix: queuePrefix(config.name) });
 
 let loaded = 0;
 const load = queue.load.bind(queue);

@@ -33,7 +33,7 @@ async function main(args: string[]): Promise<number> {
       console.error(`Cannot verify: ${options.verify} holds no soak (no settings.json)`);
       return 2;
     }
-    const summary = verifyKept(options.verify);
+    const summary = await verifyKept(options.verify);
     console.log(summaryLine(summary));
     return summary.ok ? 0 : 1;
   }

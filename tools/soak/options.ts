@@ -33,7 +33,10 @@ export interface SoakOptions {
   readonly ackDelay: number;
   /** The controller's `reconnectGrace`, ms. */
   readonly grace: number;
-  /** How long the drain may take, seconds. */
+  /**
+   * The drain fails once this many seconds pass without any job finishing; it never
+   * lasts more than `DRAIN_CAP_FACTOR` (10) times this in all (see `drain.ts`).
+   */
   readonly drain: number;
   /** Only verify the journals already in this directory (a kept run). */
   readonly verify: string | undefined;
@@ -47,8 +50,9 @@ A chaos soak of workpull: a controller process on a Deno KV file, worker process
 Bun behind TCP proxies, a producer process submitting over POST /jobs, and seeded faults every
 1-5 s (worker SIGKILL and restart, worker SIGSTOP for 3-12 s, controller SIGKILL and restart on the
 same file and port, TCP cuts, producer SIGKILL and restart). Then it drains and verifies from the
-journals: lost jobs, duplicates by cause, worst controller restart to first delivery. Exits 1 on a
-lost job, an avoidable duplicate, an incomplete drain or a crashed process.
+journals: lost jobs (acknowledged, never run, and not in the queue at the end), duplicates by
+cause, worst controller restart to first delivery. Exits 1 on a lost job, an avoidable duplicate,
+a drain that stalled or a crashed process.
 
 With --instances N (2..8), N instance processes of one flow share the KV file (job queues on a
 DenoKvClusterStore), the workers are spread over them and the producer submits to all of them in
@@ -67,7 +71,8 @@ Flags:
   --keep          keep the temporary output directory
   --ack-delay MS  how long a worker may hold a finished job's confirmation (default 10)
   --grace MS      the controller's reconnectGrace (default 1000)
-  --drain S       the drain's deadline in seconds (default 60)
+  --drain S       the drain fails once S seconds pass without any job finishing
+                  (default 60; it lasts at most 10 × S in all)
   --verify DIR    only verify the journals of an earlier run kept in DIR
   --help          this text
 `;

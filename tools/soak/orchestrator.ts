@@ -12,10 +12,12 @@
  *    injects a seeded fault every 1–5 s.
  * 4. **Stop**: no more faults, every stopped worker resumed, the producer told to stop (it
  *    finishes its requests in flight).
- * 5. **Drain** (bounded): until every acknowledged job finished (see `drain.ts`) and, with
- *    instances, every killed instance was taken over (see `takeovers.ts`).
+ * 5. **Drain** (bounded): until every acknowledged job finished (see `drain.ts`: it fails once
+ *    `--drain` seconds pass without any job finishing) and, with instances, every killed instance
+ *    was taken over (see `takeovers.ts`).
  * 6. **Shut down**: every process killed and reaped, the proxies closed.
- * 7. **Verify** from the journals (see `verify.ts`) and write `summary.json`.
+ * 7. **Verify** from the journals (see `verify.ts`), with what the controller's KV file still
+ *    holds unconfirmed (see `queued.ts`), and write `summary.json`.
  *
  * An abort (Ctrl-C, SIGTERM) skips to the shutdown from wherever the soak is. The temporary
  * output directory is removed at the end unless `--keep`; a directory given with `--out` is kept.
@@ -34,13 +36,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { signToken } from "../../server.ts";
 import { Cluster, type ControllerSlot, type WorkerSlot } from "./cluster.ts";
-import { drain, type DrainResult } from "./drain.ts";
+import { drain, DRAIN_CAP_FACTOR, type DrainResult } from "./drain.ts";
 import { readAcknowledgements } from "./evidence.ts";
 import { FaultPlan, injectFaults } from "./faults.ts";
 import { awaitTakeovers } from "./takeovers.ts";
 import { Journal, JournalTail, readJournal, wallClock } from "./journal.ts";
 import type { SoakOptions } from "./options.ts";
 import { freePort, WorkerProxy } from "./proxy.ts";
+import { readQueued } from "./queued.ts";
 import { SoakPaths } from "./records.ts";
 import type { Summary } from "./summary.ts";
 import { verify } from "./verify.ts";
@@ -82,7 +85,9 @@ export async function runSoak(
   let completed = false;
   try {
     const secret = crypto.randomUUID() + crypto.randomUUID();
-    const expiresIn = (options.minutes * 60 + options.drain + 3600) * 1000;
+    /** The longest the drain may last, s (it usually ends far sooner; see `drain.ts`). */
+    const drainCap = DRAIN_CAP_FACTOR * options.drain;
+    const expiresIn = (options.minutes * 60 + drainCap + 3600) * 1000;
     const shared = options.instances > 1;
     const controllers: ControllerSlot[] = [];
     for (let i = 0; i < options.instances; i++) {
@@ -138,7 +143,7 @@ export async function runSoak(
         `, reconnectGrace ${options.grace} ms, journals in ${out}`,
     );
 
-    const deadline = Date.now() + (options.minutes * 60 + options.drain + 180) * 1000;
+    const deadline = Date.now() + (options.minutes * 60 + drainCap + 180) * 1000;
     cluster = new Cluster(
       {
         paths,
@@ -190,7 +195,10 @@ export async function runSoak(
 
     phase("drain");
     const acks = readAcknowledgements(paths);
-    log(`drain: waiting for ${acks.count} acknowledged jobs (at most ${options.drain} s)`);
+    log(
+      `drain: waiting for ${acks.count} acknowledged jobs (until none finished for ` +
+        `${options.drain} s, at most ${drainCap} s)`,
+    );
     const drained: DrainResult = await drain(paths, acks.acked, options.drain * 1000, signal, log);
     journal.write({ ev: "drain", ...drained, t: wallClock() });
     abortIf(signal);
@@ -205,8 +213,9 @@ export async function runSoak(
     phase("shutdown");
     await cluster.shutdown();
     phase("verify");
-    log("verify: reading the journals");
-    const summary = verify(paths, { settings, drain: drained });
+    log("verify: reading the journals and the queue");
+    const queued = shared ? undefined : await readQueuedOrSay(paths, log);
+    const summary = verify(paths, { settings, drain: drained, queued });
     writeFileSync(paths.summary, JSON.stringify(summary, null, 2) + "\n");
     completed = true;
     return { summary, out: temporary && !options.keep ? undefined : out };
@@ -219,8 +228,8 @@ export async function runSoak(
   }
 }
 
-/** Verify the journals of a soak kept in `out` again. */
-export function verifyKept(out: string): Summary {
+/** Verify the journals of a soak kept in `out` again (and what its KV file still holds). */
+export async function verifyKept(out: string): Promise<Summary> {
   const paths = new SoakPaths(out);
   const settings = JSON.parse(Deno.readTextFileSync(join(out, "settings.json")));
   let drained: Summary["drain"] = { complete: false, remaining: -1, ms: 0 };
@@ -230,12 +239,38 @@ export function verifyKept(out: string): Summary {
         complete: record.complete as boolean,
         remaining: record.remaining as number,
         ms: record.ms as number,
+        ...(record.ended === undefined ? {} : { ended: record.ended as "stalled" | "capped" }),
+        ...(record.longestQuietMs === undefined
+          ? {}
+          : { longestQuietMs: record.longestQuietMs as number }),
       };
     }
   });
-  const summary = verify(paths, { settings, drain: drained });
+  const shared = settings.instances !== undefined && settings.instances > 1;
+  const queued = shared ? undefined : await readQueuedOrSay(paths, console.error);
+  const summary = verify(paths, { settings, drain: drained, queued });
   writeFileSync(paths.summary, JSON.stringify(summary, null, 2) + "\n");
   return summary;
+}
+
+/**
+ * What the controller's KV file still holds unconfirmed; undefined (every unfinished job then
+ * counts as lost) when it cannot be read, which is said.
+ */
+async function readQueuedOrSay(
+  paths: SoakPaths,
+  log: (line: string) => void,
+): Promise<Set<number> | undefined> {
+  try {
+    return await readQueued(paths.kv, FLOW);
+  } catch (error) {
+    log(
+      `verify: cannot read the queue in ${paths.kv} (${
+        String(error)
+      }); unfinished jobs count as lost`,
+    );
+    return undefined;
+  }
 }
 
 /** Bun from the project's node_modules (npm ci), else from the PATH. */

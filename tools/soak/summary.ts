@@ -6,8 +6,10 @@
  *   unconfirmed-at-controller-kill 3, avoidable 0), faults 197 (worker-kill 44, ...),
  *   worst restart→delivery 180 ms — ok
  * ```
- * (on one line). The soak fails on a lost job, an avoidable duplicate, a drain that did not
- * finish by its deadline, a process that crashed, or a soak where nothing was accepted.
+ * (on one line). The soak fails on a lost job, an avoidable duplicate, a drain that stalled (or
+ * ran past its cap), a process that crashed, or a soak where nothing was accepted. An acknowledged
+ * job that never ran but was still in the durable queue at the end is not lost: the line says
+ * `lost 0 (3 still queued)`, and the drain that left it unfinished fails the soak.
  *
  * @module
  */
@@ -44,6 +46,10 @@ export interface Summary {
     readonly workers: { name: string; runtime: string; concurrency: number }[];
     readonly ackDelayMs: number;
     readonly reconnectGraceMs: number;
+    /**
+     * `--drain`: the drain fails once this many seconds pass without any job
+     * finishing (and never lasts more than `DRAIN_CAP_FACTOR` times it; see `drain.ts`).
+     */
     readonly drainDeadlineS: number;
     /** Instances sharing the flow (absent or 1: one controller). */
     readonly instances?: number;
@@ -73,8 +79,17 @@ export interface Summary {
   readonly accepted: number;
   /** Acknowledged jobs that a worker finished. */
   readonly ran: number;
+  /** Acknowledged jobs that no worker finished and that were not in the queue at the end. */
   readonly lost: number;
   readonly lostExamples: string[];
+  /**
+   * Acknowledged jobs that no worker finished but that the durable queue still held, accepted and
+   * unconfirmed, when the soak ended: not lost (they run after the next start), only unfinished.
+   * Null when the queue was not read (`--instances`, or no KV file): then every unfinished job
+   * counts as lost.
+   */
+  readonly queued: number | null;
+  readonly queuedExamples: string[];
   readonly runs: {
     readonly total: number;
     /** Runs that started and never finished (their process was killed or stopped for good). */
@@ -157,7 +172,15 @@ export interface Summary {
     readonly retries: number;
     readonly incarnations: number;
   };
-  readonly drain: { readonly complete: boolean; readonly ms: number; readonly remaining: number };
+  readonly drain: {
+    readonly complete: boolean;
+    readonly ms: number;
+    readonly remaining: number;
+    /** Why an incomplete drain ended (see `drain.ts`): it stalled, or it reached its cap. */
+    readonly ended?: "stalled" | "capped";
+    /** The longest time without any job finishing, ms. */
+    readonly longestQuietMs?: number;
+  };
   readonly crashes: {
     role: string;
     name: string;
@@ -189,7 +212,8 @@ export function summaryLine(summary: Summary): string {
       g.worstDrainMs === null ? "n/a" : `${Math.round(g.worstDrainMs)} ms`
     })`;
   const verdict = summary.ok ? "ok" : `FAILED: ${summary.failures.join("; ")}`;
-  return `soak: ${summary.accepted} accepted, ${summary.ran} ran, lost ${summary.lost}, ` +
+  const queued = summary.queued ? ` (${summary.queued} still queued)` : "";
+  return `soak: ${summary.accepted} accepted, ${summary.ran} ran, lost ${summary.lost}${queued}, ` +
     `duplicates ${d.total} (running ${d.running}, ack-delay ${d["ack-delay"]}, ` +
     `unconfirmed-at-controller-kill ${
       d["unconfirmed-at-controller-kill"]

@@ -3,8 +3,10 @@
  * cause, what the avoidable duplicates look like, faults by kind, and how long each restarted
  * controller took to deliver again.
  *
- * - **lost**: acknowledged by `POST /jobs` (the producer's journals) and never finished by any
- *   worker (the workers' journals).
+ * - **lost**: acknowledged by `POST /jobs` (the producer's journals), never finished by any
+ *   worker (the workers' journals), and not in the durable queue at the end either (`queued`,
+ *   read from the KV file by `queued.ts`, when given). One still queued is counted apart: it is
+ *   not lost, and the drain that left it unfinished fails the soak by itself.
  * - **duplicates**: every run of a job after its first, acknowledged or not, classified by
  *   `classify.ts`.
  * - **restart → first delivery**: for each controller (or instance) restarted, from its spawn to
@@ -28,6 +30,11 @@ import type { AvoidableExample, Summary } from "./summary.ts";
 export interface VerifySettings {
   readonly settings: Summary["settings"];
   readonly drain: Summary["drain"];
+  /**
+   * The job numbers the durable queue held accepted and unconfirmed when the soak ended
+   * (`queued.ts`); undefined when it was not read: every unfinished job then counts as lost.
+   */
+  readonly queued?: ReadonlySet<number>;
 }
 
 /** Avoidable duplicates shown per diagnosis. */
@@ -47,14 +54,19 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
   const acks = readAcknowledgements(paths);
   const classifier = new Classifier(evidence, runs, given.settings.ackDelayMs);
 
-  // Lost: acknowledged, never finished.
+  // Lost: acknowledged, never finished, and not in the queue at the end either.
   let ran = 0;
   const lostExamples: string[] = [];
   let lost = 0;
+  const queuedExamples: string[] = [];
+  let queued = 0;
   for (let n = 1; n <= acks.maxJob; n++) {
     if (acks.acked[n] === 0) continue;
     if (runs.ran(n)) ran += 1;
-    else {
+    else if (given.queued?.has(n)) {
+      queued += 1;
+      if (queuedExamples.length < LOST_EXAMPLES) queuedExamples.push(messageId(n));
+    } else {
       lost += 1;
       if (lostExamples.length < LOST_EXAMPLES) lostExamples.push(messageId(n));
     }
@@ -202,11 +214,7 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
   if (acks.count === 0) failures.push("nothing was accepted");
   if (lost > 0) failures.push(`${lost} lost`);
   if (duplicates.avoidable > 0) failures.push(`${duplicates.avoidable} avoidable duplicates`);
-  if (!given.drain.complete) {
-    failures.push(
-      `drain incomplete after ${given.settings.drainDeadlineS} s (${given.drain.remaining} jobs)`,
-    );
-  }
+  if (!given.drain.complete) failures.push(drainFailure(given, queued));
   const instances = given.settings.instances !== undefined && given.settings.instances > 1
     ? instanceFigures(evidence, given.settings.instances)
     : undefined;
@@ -227,6 +235,8 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
     ran,
     lost,
     lostExamples,
+    queued: given.queued === undefined ? null : queued,
+    queuedExamples,
     runs: { total: runs.count, unfinished, jobs: jobsRun.size, unmatchedEnds: runs.unmatchedEnds },
     duplicates: { ...duplicates, byFault },
     avoidable: { byDiagnosis, examples },
@@ -309,6 +319,23 @@ function instanceFigures(
     medianTakeoverMs: measured.length > 0 ? measured[Math.floor(measured.length / 2)] : null,
     samples,
   };
+}
+
+/** Why the drain failed, and how many of the jobs it left were still queued. */
+function drainFailure(given: VerifySettings, queued: number): string {
+  const { drain, settings } = given;
+  const still = given.queued === undefined ? "" : `, ${queued} still queued`;
+  const jobs = `${drain.remaining} jobs${still}`;
+  const s = (ms: number) => `${Math.round(ms / 1000)} s`;
+  switch (drain.ended) {
+    case "stalled":
+      return `drain stalled: no job finished for ${settings.drainDeadlineS} s ` +
+        `(after ${s(drain.ms)}; ${jobs})`;
+    case "capped":
+      return `drain still unfinished at its cap of ${s(drain.ms)} (${jobs})`;
+    default:
+      return `drain incomplete after ${s(drain.ms)} (${jobs})`;
+  }
 }
 
 function round(ms: number): number {

@@ -40,4 +40,18 @@ export {
   workQueueConformanceCases,
 } from "./src/testing/queue_conformance.ts";
 export * from "./src/queue/work_queue.ts";
+export {
+  type ConformanceClock,
+  jobStoreCapabilitiesOf,
+  type JobStoreCapability,
+  type JobStoreCase,
+  type JobStoreCasesOptions,
+  jobStoreConformanceCases,
+  type JobStoreDifference,
+  type JobStoreFactory,
+  type JobStoreFixture,
+  type JobStoreOpenOptions,
+  type JobStoreRegistration,
+  runJobStoreConformance,
+} from "./src/testing/job_store_conformance.ts";
 export * from "./src/testing/remote_kv.ts";

@@ -36,6 +36,7 @@ const NODE_TESTS = [
   "deno_kv_queue.test.ts", // the Deno KV adapter on npm @deno/kv
   "deno_kv_job_store.test.ts", // the Deno KV job store on npm @deno/kv
   "deno_kv_job_store_model.test.ts", // and against the in-memory store, on npm @deno/kv
+  "job_store_conformance.test.ts", // the job store conformance suite, the KV stores on npm @deno/kv
   "job_queue_pause.test.ts", // the pause flag on npm @deno/kv
   "job_queue_schedule.test.ts", // croner and a stored run on npm @deno/kv
   "durable_file_producer.test.ts",

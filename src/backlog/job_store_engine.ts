@@ -259,7 +259,9 @@ export class JobStoreEngine implements JobStore {
   #queued = 0;
   #reserved = 0;
   #active = 0;
-  readonly #dead = new Map<string, true>();
+  /** Dead jobs in order of death, each with its place in that order (a page's cursor). */
+  readonly #dead = new Map<string, number>();
+  #deaths = 0;
   /** Finished jobs in finishing order, a ring of `retainedJobs`: the oldest is forgotten. */
   readonly #finished: (JobSlot | undefined)[];
   #finishedNext = 0;
@@ -441,12 +443,21 @@ export class JobStoreEngine implements JobStore {
   deadLetters(limit: number, cursor?: string): Promise<DeadLetterPage> {
     return this.#transact(undefined, () => {
       const now = this.#clock.now();
-      const ids = [...this.#dead.keys()];
-      const start = cursor === undefined ? 0 : ids.indexOf(cursor) + 1;
-      const page = ids.slice(start, start + limit);
+      // The cursor is the last page's place in the order of death, so a page goes on after it
+      // even when that job was retried or deleted meanwhile.
+      const after = cursor === undefined ? 0 : Number(cursor);
+      const page: string[] = [];
+      let more = false;
+      for (const [id, place] of this.#dead) {
+        if (!(place > after)) continue;
+        if (page.length === limit) {
+          more = true;
+          break;
+        }
+        page.push(id);
+      }
       const jobs = page.map((id) => infoOf(this.#jobs.get(id)!.record, now));
-      const more = start + limit < ids.length;
-      return more ? { jobs, cursor: page.at(-1) } : { jobs };
+      return more ? { jobs, cursor: String(this.#dead.get(page.at(-1)!)) } : { jobs };
     });
   }
 
@@ -734,7 +745,7 @@ export class JobStoreEngine implements JobStore {
       this.#dropPayload(slot);
       this.#retain(slot);
     } else if (record.state === "dead") {
-      this.#dead.set(record.id, true);
+      this.#dead.set(record.id, ++this.#deaths);
     } else if (isQueued(record)) {
       due = this.#place(slot, now);
     }
@@ -1113,7 +1124,7 @@ export class JobStoreEngine implements JobStore {
       if (active) {
         slot.active = { ...active };
         this.#active += 1;
-      } else if (record.state === "dead") this.#dead.set(record.id, true);
+      } else if (record.state === "dead") this.#dead.set(record.id, ++this.#deaths);
       else if (record.state === "completed" || record.state === "cancelled") finished.push(slot);
       else if (isQueued(record)) {
         const entry: Entry = {

@@ -61,6 +61,8 @@ import {
   settle,
 } from "./placement.ts";
 
+/** Orders one process gives out within a millisecond before running ahead of the clock. */
+const ORDER_PER_MS = 1024;
 /** How often a write that lost a race is tried again with fresh reads. */
 const RACE_ATTEMPTS = 8;
 /** Not-due entries counted per band when `counts` splits waiting from scheduled. */
@@ -182,7 +184,8 @@ export class SharedBacklog {
     const keys = this.#keys;
     const change = new Change().check(keys.record(job.id), replaces ?? null);
     const record = newRecord(job.id, job.plan, now);
-    const order = this.#order++;
+    // Submission order across processes: the enqueue's time, then this process's count.
+    const order = this.#order = Math.max(this.#order + 1, Math.floor(now) * ORDER_PER_MS);
     let entry: Entry;
     if (utf8Bytes(job.payload) <= INLINE_BYTES) {
       entry = { record, order, payload: job.payload };
@@ -203,15 +206,28 @@ export class SharedBacklog {
     stale: Map<string, string>,
   ): Promise<void> {
     const entries = await readMany(this.#kv, ids.map((id) => this.#keys.record(id)));
+    const held = new Map<string, Entry[]>(); // by owner: claimed, with no try in the record
     ids.forEach((id, i) => {
       stale.delete(id);
       const { value, versionstamp } = entries[i];
       if (versionstamp === null) return;
       const stored = decodeStored(value, id);
-      if (stored.entry) known.set(id, stored.entry.record);
-      else if (this.#expired(stored.finished, now)) stale.set(id, versionstamp);
+      if (stored.entry) {
+        known.set(id, stored.entry.record);
+        const owner = stored.entry.owner;
+        if (owner !== undefined && !stored.entry.trial) {
+          held.set(owner, [...held.get(owner) ?? [], stored.entry]);
+        }
+      } else if (this.#expired(stored.finished, now)) stale.set(id, versionstamp);
       else known.set(id, stored.finished);
     });
+    for (const [owner, jobs] of held) {
+      // Their owner may have started their tries in a tries record (`started_tries.ts`).
+      const { starts } = await readStarted(this.#kv, this.#keys, owner);
+      for (const entry of jobs) {
+        known.set(entry.record.id, withStart(entry, starts.get(entry.record.id)).record);
+      }
+    }
   }
 
   /** A job as it is now, or undefined. */

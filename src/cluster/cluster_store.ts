@@ -89,8 +89,9 @@ export interface InstanceOptions {
    */
   readonly pollInterval?: number;
   /**
-   * Also watch the wake counter (where the KV has `watch`): on Deno Deploy's hosted KV and KV
-   * Connect a job added on any instance wakes the others at once. Default true.
+   * Also watch the wake counter, on Deno's own KV (`Deno.openKv`): on Deno Deploy's hosted KV
+   * and KV Connect a job added on any instance wakes the others at once. Default true; npm
+   * `@deno/kv` handles are never watched.
    */
   readonly watch?: boolean;
 }
@@ -175,6 +176,12 @@ async function busy<T>(what: string, call: Promise<T>): Promise<T> {
     );
   }
 }
+/** Whether `kv` is Deno's own KV handle (`Deno.openKv`), without naming a Deno type. */
+function isDenoKv(kv: unknown): boolean {
+  const denoKv = (globalThis as { Deno?: { Kv?: abstract new () => unknown } }).Deno?.Kv;
+  return typeof denoKv === "function" && kv instanceof denoKv;
+}
+
 const NO_COUNTS: BacklogCounts = { waiting: 0, scheduled: 0, failed: 0, active: 0, dead: 0 };
 
 /**
@@ -298,7 +305,9 @@ export class DenoKvClusterStore extends SafeEventTarget<ClusterStoreEventMap> im
       key: keys.wake,
       clock: this.clock,
       maxPoll: this.#pollInterval,
-      watch: instance.watch ?? true,
+      // npm @deno/kv's watch is left alone: on a file it sees only this process's writes, and
+      // a cancelled watch of its (0.14) can spin the event loop for good.
+      watch: (instance.watch ?? true) && isDenoKv(kv),
       wake: () => this.#listener?.ready(),
     });
     this.#backlog = new SharedBacklog(kv, keys, this.settings, this.clock);

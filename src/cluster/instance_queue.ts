@@ -302,6 +302,7 @@ export class InstanceQueue {
           payload,
           attempt: entry.record.attempts,
           timeout: tryTimeout(entry.record, this.#c.settings.defaults),
+          ...(entry.record.lost ? { lost: entry.record.lost } : {}),
         });
       }
       unconfirmed.sort((a, b) => a.seq - b.seq);
@@ -652,6 +653,7 @@ export class InstanceQueue {
       payload,
       attempt: entry.record.attempts + 1,
       timeout: tryTimeout(entry.record, this.#c.settings.defaults),
+      ...(entry.record.lost ? { lost: entry.record.lost } : {}), // workers lost in earlier tries
     };
   }
 

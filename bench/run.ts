@@ -121,6 +121,11 @@ const COMMAND: CommandSpec = {
       value: "MS",
       help: "remote-kv: the simulated round trip of a KV read or list batch (default 5)",
     },
+    window: {
+      kind: "value",
+      value: "N",
+      help: "remote-kv: each endpoint's window (default 100)",
+    },
     "probe-spacing": {
       kind: "value",
       value: "MS",
@@ -210,6 +215,7 @@ const config = {
     readLatency: numberArg("--read-latency", flag("read-latency"), 5, 0),
     probeJobs: quick ? 50 : 200,
     probeSpacing: numberArg("--probe-spacing", flag("probe-spacing"), 5, 0),
+    window: numberArg("--window", flag("window"), 100, 1),
     capSeconds: 20,
   },
   latency: {

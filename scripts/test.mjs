@@ -50,7 +50,7 @@ const NODE_TESTS = [
 ];
 /** How Node 22 runs TypeScript (tests/fixtures/net_support.ts spawns workers the same way). */
 const NODE_TS_FLAGS = ["--experimental-transform-types", "--no-warnings"];
-const RUNNER_TIMEOUT_MS = 8 * 60_000;
+const RUNNER_TIMEOUT_MS = 12 * 60_000;
 const suites = [
   {
     name: "deno",

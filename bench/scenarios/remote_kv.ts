@@ -15,7 +15,7 @@
  *   the same store, which then leaves; the instances start (each its queue's load and, shared,
  *   its registration) and report ready.
  * - **drain**: on `go` each instance zeroes its wrapper's counters and attaches 4 in-process
- *   endpoints (window 100, no-op handler). Timed from `go` to the last completion in any
+ *   endpoints (window 100 unless `--window` says, no-op handler). Timed from `go` to the last completion in any
  *   instance; a drain still running after `capSeconds` is cut there and its jobs/s computed
  *   from the jobs done by then (the run says so). Then every instance reports its counters:
  *   commits, reads (`getMany` calls and list batches) and mutations per job are their sums over
@@ -116,6 +116,8 @@ export interface RemoteKvOptions {
   readonly probeJobs: number;
   readonly probeSpacing: number;
   readonly capSeconds: number;
+  /** Each endpoint's window (default 100). */
+  readonly window?: number;
   readonly log: (line: string) => void;
 }
 
@@ -178,7 +180,7 @@ async function run(configuration: RemoteKvConfiguration, options: RemoteKvOption
         commitLatency: configuration.commitLatency,
         readLatency: configuration.readLatency,
         workers: ENDPOINTS,
-        window: WINDOW,
+        window: options.window ?? WINDOW,
       }));
     }
     await Promise.all(
@@ -317,7 +319,7 @@ export async function remoteKv(options: RemoteKvOptions): Promise<RemoteKvResult
     jobs: options.jobs,
     rounds,
     endpointsPerInstance: ENDPOINTS,
-    window: WINDOW,
+    window: options.window ?? WINDOW,
     commitLatency: options.commitLatency,
     readLatency: options.readLatency,
     probeJobs: options.probeJobs,

@@ -579,11 +579,12 @@ export class InstanceQueue {
     const room = checkLimit(kv) - 1; // one check is the fence's
     const groups: ClaimGroup[] = [];
     let group: ClaimGroup | undefined;
+    let bytes = 0; // the group's so far: a value's bytes stand for its job's (keys are small)
     for (const candidate of chosen) {
       if (
-        !group || group.candidates.length >= Math.min(room, LIST_IDS) ||
-        group.change.bytes > CLAIM_BYTES
+        !group || group.candidates.length >= Math.min(room, LIST_IDS) || bytes > CLAIM_BYTES
       ) {
+        bytes = 0;
         const name = this.#newList();
         group = {
           candidates: [],
@@ -594,13 +595,12 @@ export class InstanceQueue {
         groups.push(group);
       }
       group.candidates.push(candidate);
+      const value = encodeEntry(claimed(candidate.entry, instance));
+      bytes += value.length + 512; // and up to 512 bytes of keys (two, and a check)
       group.change
         .check(candidate.key, candidate.versionstamp)
         .delete(candidate.key)
-        .set(
-          keys.record(candidate.entry.record.id),
-          encodeEntry(claimed(candidate.entry, instance)),
-        );
+        .set(keys.record(candidate.entry.record.id), value);
     }
     for (const g of groups) {
       g.change.set(g.key, encodeList(g.candidates.map((c) => c.entry.record.id)));

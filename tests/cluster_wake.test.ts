@@ -54,6 +54,14 @@ function counterKv(withWatch = false) {
   };
 }
 
+/** Move the clock `ms` in steps of `step`, letting the reads each step started resolve. */
+async function pass(clock: SimulatedClock, ms: number, step: number): Promise<void> {
+  for (let t = 0; t < ms; t += step) {
+    clock.advance(step);
+    await settle();
+  }
+}
+
 /** Let the resolved KV reads and their continuations run. */
 async function settle(): Promise<void> {
   for (let i = 0; i < 10; i++) await Promise.resolve();
@@ -82,10 +90,7 @@ describe("the waker of an idle instance", () => {
       await settle();
       assert.deepEqual(woken, [0], "no baseline yet: wake to list the backlog");
       w.arm(Infinity);
-      for (let t = 0; t < 2000; t += MIN_POLL) {
-        clock.advance(MIN_POLL);
-        await settle();
-      }
+      await pass(clock, 2000, MIN_POLL);
       assert.deepEqual(woken, [0], "nothing moved: no wake");
       store.move();
       for (let t = 0; t < 300 && woken.length === 1; t += MIN_POLL) {
@@ -108,10 +113,7 @@ describe("the waker of an idle instance", () => {
       await settle();
       w.arm(Infinity); // after the first wake, armed again by the empty take
       const before = store.reads;
-      for (let t = 0; t < 60_000; t += MIN_POLL) {
-        clock.advance(MIN_POLL);
-        await settle();
-      }
+      await pass(clock, 60_000, MIN_POLL);
       const reads = store.reads - before;
       assert.ok(reads >= 240 && reads <= 250, `reads in an idle minute: ${reads}`);
     } finally {
@@ -127,10 +129,7 @@ describe("the waker of an idle instance", () => {
       w.arm(Infinity);
       await settle();
       w.arm(Infinity);
-      for (let t = 0; t < 5_000; t += MIN_POLL) {
-        clock.advance(MIN_POLL);
-        await settle();
-      }
+      await pass(clock, 5_000, MIN_POLL);
       w.found(); // a take found jobs; later the grant is open again with nothing due
       w.arm(Infinity);
       store.move();
@@ -172,10 +171,7 @@ describe("the waker of an idle instance", () => {
       w.arm(1_000);
       w.arm(700); // an earlier one replaces it
       w.arm(900);
-      for (let t = 0; t < 1_000; t += 50) {
-        clock.advance(50);
-        await settle();
-      }
+      await pass(clock, 1_000, 50);
       assert.deepEqual(woken, [0, 700]);
     } finally {
       w.close();

@@ -26,8 +26,7 @@
  * @module
  */
 
-import { ConformanceSkipError } from "./conformance_kit.ts";
-import type { ConformanceRegistration } from "./queue_conformance.ts";
+import { type ConformanceRegistration, registerConformance } from "./queue_conformance.ts";
 import {
   jobStoreCapabilitiesOf,
   type JobStoreCase,
@@ -124,14 +123,8 @@ export async function runJobStoreConformance(
   factory: JobStoreFactory,
   registration: JobStoreRegistration,
 ): Promise<void> {
-  const { test, describe, knownFailures = {}, instances = 1 } = registration;
+  const { instances = 1 } = registration;
   const cases = jobStoreConformanceCases(factory, { instances });
-  const unknown = Object.keys(knownFailures).filter((key) => !cases.some((c) => c.name === key));
-  if (unknown.length > 0) {
-    throw new TypeError(
-      `Cannot register the suite: knownFailures names no case: ${unknown.join("; ")}`,
-    );
-  }
   const probe = await factory.open({ instances, settings: {} });
   let caps;
   try {
@@ -139,29 +132,5 @@ export async function runJobStoreConformance(
   } finally {
     await probe.close();
   }
-  const prefix = describe ? "" : `${name}: `;
-  const register = () => {
-    for (const rule of cases) {
-      const missing = rule.requires.filter((cap) => !caps.has(cap));
-      const options = missing.length > 0 ? { skip: `the fixture lacks ${missing.join(", ")}` } : {};
-      const known = knownFailures[rule.name];
-      if (known === undefined) {
-        test(`${prefix}${rule.name}`, options, () => rule.run());
-      } else {
-        test(`${prefix}${rule.name} (known failure: ${known})`, options, () => expectFailure(rule));
-      }
-    }
-  };
-  if (describe) describe(name, register);
-  else register();
-}
-
-async function expectFailure(rule: JobStoreCase): Promise<void> {
-  try {
-    await rule.run();
-  } catch (error) {
-    if (!(error instanceof ConformanceSkipError)) return;
-    throw error;
-  }
-  throw new Error(`The known failure "${rule.name}" now passes: remove it from knownFailures`);
+  registerConformance(name, cases, caps, registration);
 }

@@ -131,7 +131,6 @@ export async function runWorkQueueConformance(
   factory: QueueFactory,
   registration: ConformanceRegistration,
 ): Promise<void> {
-  const { test, describe, knownFailures = {} } = registration;
   const probe = await factory.open();
   let caps;
   try {
@@ -139,7 +138,28 @@ export async function runWorkQueueConformance(
   } finally {
     await probe.close();
   }
-  const cases = workQueueConformanceCases(factory);
+  registerConformance(name, workQueueConformanceCases(factory), caps, registration);
+}
+
+/** A case as its registration sees it (a work queue's or a job store's). */
+interface RegisteredCase {
+  readonly name: string;
+  readonly requires: readonly string[];
+  run(): Promise<void>;
+}
+
+/**
+ * Register `cases` as tests: a case needing a capability the fixture lacks as skipped (with the
+ * reason), a known failure as a test that passes while the case fails; one naming no case is an
+ * error. Both conformance suites register their cases here.
+ */
+export function registerConformance(
+  name: string,
+  cases: readonly RegisteredCase[],
+  caps: ReadonlySet<string>,
+  registration: ConformanceRegistration,
+): void {
+  const { test, describe, knownFailures = {} } = registration;
   const unknown = Object.keys(knownFailures).filter((key) => !cases.some((c) => c.name === key));
   if (unknown.length > 0) {
     throw new TypeError(
@@ -163,7 +183,7 @@ export async function runWorkQueueConformance(
   else register();
 }
 
-async function expectFailure(rule: ConformanceCase): Promise<void> {
+async function expectFailure(rule: RegisteredCase): Promise<void> {
   try {
     await rule.run();
   } catch (error) {

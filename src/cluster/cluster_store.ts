@@ -12,8 +12,12 @@
  *   every write checked on the instance's fence;
  * - `leases.ts`: the lease, the instance registry, takeover, cancel requests;
  * - `placement.ts`: where a job lives in each state and how it comes back from a lost instance;
+ * - `owned_index.ts`, `started_tries.ts`: what an instance holds, and the tries it started, a
+ *   list a commit;
+ * - `waker.ts`: how an idle instance learns of work (the flow's wake counter);
+ * - `migration.ts`: a single-instance store's flow moving into the shared layout at load;
  * - `keys.ts`, `codec.ts`, `kv_writes.ts`: the key layout, the values, and commits that fit KV's
- *   limits and retry `database is locked`.
+ *   limits (in order, or side by side) and retry `database is locked`.
  *
  * Timers (on the store's clock): a lease round every `renewInterval` (renew, read the registry,
  * take over lapsed instances, pick up cancel requests, refresh `counts()`, read the flow's pause

@@ -33,6 +33,7 @@ import { type Clock, SimulatedClock } from "../src/core/clock.ts";
 import { decodeLease } from "../src/cluster/codec.ts";
 import { createWorkpullApp, signToken } from "../server.ts";
 import { kvClient, openKv } from "./fixtures/open_kv.ts";
+import { RemoteKv } from "../testing.ts";
 import { waitFor } from "./support/waiting.ts";
 import { ManualClock } from "./support/manual_clock.ts";
 
@@ -258,6 +259,40 @@ describe(`DenoKvClusterStore (${CLIENT})`, () => {
       assert.equal(others.length, 8, "b gets all but the 2 a handed out, once ahead-claimed too");
     } finally {
       f.close();
+    }
+  });
+
+  test("a take whose claim round fails still hands out what it took from the lookahead", async () => {
+    const local = await openKv(":memory:");
+    let commits = 0, failAt = Infinity;
+    const kv = new RemoteKv(local as never, {
+      commitLatency: 0,
+      readLatency: 0,
+      faults: () => ++commits === failAt ? "lost-answer" : undefined,
+    });
+    const clock = new ManualClock();
+    const store = new DenoKvClusterStore(kv as unknown as ClusterKvLike, {
+      prefix: ["flow"],
+      clock,
+      instance: { id: "a", leaseTtl: 1000 },
+    });
+    try {
+      await store.load();
+      const ids = Array.from({ length: 12 }, (_, i) => `j${i}`);
+      await store.enqueue(ids.map((id) => ({ id, payload: "0", plan: planJob({}, clock.now()) })));
+      // take(4) claims 4 (one commit), then 4 ahead (a second); take(8) hands out those 4 and
+      // claims 4 more: that third commit lands, but its answer is lost.
+      failAt = commits + 3;
+      const taken = new Set((await store.take(4)).map((job) => job.messageId));
+      for (const job of await store.take(8)) taken.add(job.messageId);
+      assert.equal(taken.size, 8, "the 4 claimed ahead are handed out despite the failure");
+      for (let i = 0; i < 3; i++) {
+        for (const job of await store.take(12)) taken.add(job.messageId);
+      }
+      assert.deepEqual(ids.filter((id) => !taken.has(id)), [], "every job handed out");
+    } finally {
+      store.close();
+      kv.close();
     }
   });
 

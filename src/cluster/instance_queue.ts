@@ -473,11 +473,18 @@ export class InstanceQueue {
     this.#demand = Math.max(1, Math.min(max, MAX_CANDIDATES));
     if (this.#stale) await this.#serial(undefined, () => this.#syncIfStale());
     const ready = this.#handOut(max);
-    // Twice: a round already in flight (a background one) may have claimed for others.
-    for (let round = 0; round < 2 && ready.length < max && this.#handing; round++) {
-      const found = await this.#claimRound(max - ready.length);
-      ready.push(...this.#handOut(max - ready.length));
-      if (!found) break;
+    try {
+      // Twice: a round already in flight (a background one) may have claimed for others.
+      for (let round = 0; round < 2 && ready.length < max && this.#handing; round++) {
+        const found = await this.#claimRound(max - ready.length);
+        ready.push(...this.#handOut(max - ready.length));
+        if (!found) break;
+      }
+    } catch (error) {
+      // The jobs already taken from the lookahead are handed out whatever the claim did: they
+      // are marked handed, and no later take would give them again.
+      if (ready.length === 0) throw error;
+      return ready;
     }
     if (ready.length === max) this.#topUp();
     return ready;

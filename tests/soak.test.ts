@@ -4,7 +4,9 @@
  * `POST /jobs`, and seeded faults every 1–5 s. It must lose nothing, drain, crash nothing, inject
  * every kind of fault, and leave no duplicate that a fault does not explain. Then the same for
  * 45 s at 200 jobs/s with three instances sharing the flow on the KV file (`--instances 3`),
- * whose faults include instance kills and stops.
+ * whose faults include instance kills and stops; and for 40 s at 200 jobs/s with two instances
+ * whose KV (a `RemoteKv`) adds 2 ms to each commit and 1 ms to each read and meets a fault in 2%
+ * of the commits (`--kv-latency 2/1 --kv-faults 0.02`: lost answers, locked, slow).
  *
  * Runs under `deno test` only: the soak is a Deno program that starts its own Bun workers. The
  * soak runs in its own process group, so that whatever happens every process it started is
@@ -47,12 +49,36 @@ test(
     }),
 );
 
+test(
+  "a chaos soak of two instances whose KV adds latency and faults loses nothing",
+  { skip },
+  () =>
+    soak({
+      minutes: 0.67,
+      rate: 200,
+      flags: ["--instances", "2", "--kv-latency", "2/1", "--kv-faults", "0.02"],
+      kinds: SHARED_FAULT_KINDS,
+      check: (summary, context) => {
+        assert.deepEqual(summary.settings.remoteKv, {
+          commitLatencyMs: 2,
+          readLatencyMs: 1,
+          faultRate: 0.02,
+        });
+        for (const kind of ["lost-answer", "locked", "slow"] as const) {
+          assert.ok((summary.kv?.byKind[kind] ?? 0) > 0, `no KV ${kind} fault\n${context}`);
+        }
+      },
+    }),
+);
+
 async function soak(
-  { minutes, rate, flags, kinds }: {
+  { minutes, rate, flags, kinds, check }: {
     minutes: number;
     rate: number;
     flags: string[];
     kinds: readonly FaultKind[];
+    /** More to check in the summary. */
+    check?: (summary: Summary, context: string) => void;
   },
 ): Promise<void> {
   const out = mkdtempSync(join(tmpdir(), "workpull-soak-test-"));
@@ -99,6 +125,7 @@ async function soak(
       0,
       `avoidable duplicates: ${JSON.stringify(summary.avoidable, null, 1)}\n${context}`,
     );
+    check?.(summary, context);
     assert.equal(code, 0, context);
     assert.match(stdout, /^soak: \d+ accepted, \d+ ran, lost 0, .* — ok\n$/);
   } finally {

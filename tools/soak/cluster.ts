@@ -23,6 +23,7 @@ import { Child, type ChildExit, type ChildSpec } from "./child.ts";
 import { FENCED_EXIT } from "./instance_exit.ts";
 import { type Journal, wallClock } from "./journal.ts";
 import type { WorkerProxy } from "./proxy.ts";
+import { incarnationSeed, type RemoteKvSettings } from "./remote_kv.ts";
 import type { Runtime, SoakPaths, SoakRecord } from "./records.ts";
 
 /** One worker process slot. */
@@ -65,6 +66,11 @@ export interface ClusterSettings {
   readonly flow: string;
   /** With several instances: their lease TTL, ms (undefined: one controller). */
   readonly leaseTtl: number | undefined;
+  /**
+   * With several instances and `--kv-latency`/`--kv-faults`: the instances' `RemoteKv` (each
+   * incarnation's fault draws get their own seed from `seed`).
+   */
+  readonly remoteKv?: Omit<RemoteKvSettings, "seed">;
   readonly secret: string;
   readonly clientToken: string;
   readonly grace: number;
@@ -89,6 +95,8 @@ export class Cluster {
   readonly #live = new Set<Child>();
   /** Instances that were SIGSTOPped: their fenced exit is expected. */
   readonly #stoppedInstances = new Set<number>();
+  /** Processes started so far per controller slot (numbers each incarnation). */
+  readonly #incarnations = new Map<string, number>();
   readonly #settings: ClusterSettings;
 
   constructor(
@@ -125,6 +133,11 @@ export class Cluster {
   startController(slot: ControllerSlot): Child {
     const s = this.#settings;
     const shared = s.leaseTtl !== undefined;
+    const incarnation = (this.#incarnations.get(slot.name) ?? 0) + 1;
+    this.#incarnations.set(slot.name, incarnation);
+    const remoteKv: RemoteKvSettings | undefined = shared && s.remoteKv
+      ? { ...s.remoteKv, seed: incarnationSeed(s.seed, slot.name, incarnation) }
+      : undefined;
     const config = {
       deadline: s.deadline,
       kvPath: s.paths.kv,
@@ -134,6 +147,7 @@ export class Cluster {
       name: s.flow,
       reconnectGrace: s.grace,
       ...(shared ? { slot: slot.name, leaseTtl: s.leaseTtl } : {}),
+      ...(remoteKv ? { remoteKv } : {}),
     };
     const file = shared ? "instance_process.ts" : "controller_process.ts";
     slot.child = this.#spawn(

@@ -89,6 +89,8 @@ export interface Evidence {
   readonly takeovers: { pid: number; of: string; jobs: number; t: number }[];
   /** With --instances: instances that found themselves taken over. */
   readonly fenced: { pid: number; t: number }[];
+  /** With --kv-faults: the commit faults each instance's `RemoteKv` injected. */
+  readonly kvFaults: { pid: number; fault: string; commit: number; t: number }[];
 }
 
 /** What the producer got acknowledged. */
@@ -129,6 +131,7 @@ export function readEvidence(paths: SoakPaths, jobs: ReadonlySet<number> = new S
     instances: new Map(),
     takeovers: [],
     fenced: [],
+    kvFaults: [],
   };
   readJournal(paths.soak, (r) => {
     if (r.ev === "spawn") evidence.spawns.push(r as unknown as Spawn);
@@ -167,6 +170,14 @@ export function readEvidence(paths: SoakPaths, jobs: ReadonlySet<number> = new S
           break;
         case "fenced":
           evidence.fenced.push({ pid, t: r.t as number });
+          break;
+        case "kv-fault":
+          evidence.kvFaults.push({
+            pid,
+            fault: r.fault as string,
+            commit: r.commit as number,
+            t: r.t as number,
+          });
           break;
         case "restarted":
           addSession(evidence, pid, r.session as string);

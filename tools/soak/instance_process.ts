@@ -13,6 +13,9 @@
  * knows them durable; one applied but not yet written when the instance died is not journaled,
  * and the verifier falls back on when it left its worker.
  *
+ * With `--kv-latency` or `--kv-faults` it opens the KV file through a `RemoteKv` (see
+ * `remote_kv.ts`) and journals every commit fault it meets (`kv-fault`).
+ *
  * When another instance took it over (it was SIGSTOPped past its lease), its controller fails
  * with a `QueueFencedError`: it records that and exits with code 4 (`FENCED_EXIT`), which the
  * orchestrator expects after an instance stop and answers with a restart, as a supervisor would.
@@ -31,6 +34,7 @@ import { FENCED_EXIT } from "./instance_exit.ts";
 import { journalBindings, journalCommits } from "./controller_journal.ts";
 import { Journal, wallClock } from "./journal.ts";
 import { announce, type ChildBase, childConfig } from "./lifeline.ts";
+import { remoteKv, type RemoteKvSettings } from "./remote_kv.ts";
 
 /** The configuration of an instance process. */
 export interface InstanceConfig extends ChildBase {
@@ -45,6 +49,8 @@ export interface InstanceConfig extends ChildBase {
   readonly slot: string;
   readonly reconnectGrace: number;
   readonly leaseTtl: number;
+  /** `--kv-latency`, `--kv-faults`: reach the KV file through a `RemoteKv` (`remote_kv.ts`). */
+  readonly remoteKv?: RemoteKvSettings;
 }
 
 const modulesLoaded = wallClock();
@@ -52,7 +58,12 @@ const config = childConfig<InstanceConfig>();
 const pid = process.pid;
 const journal = new Journal(join(config.dir, `${pid}.jsonl`));
 
-const kv = await Deno.openKv(config.kvPath);
+const local = await Deno.openKv(config.kvPath);
+const kv = config.remoteKv === undefined ? local : remoteKv(
+  local,
+  config.remoteKv,
+  (fault, commit) => journal.write({ ev: "kv-fault", pid, fault, commit, t: wallClock() }),
+);
 const kvOpened = wallClock();
 const store = new DenoKvClusterStore(kv as unknown as ClusterKvLike, {
   prefix: ["soak", config.name],

@@ -4,6 +4,8 @@
  * 1. **Set up**: an output directory, a secret and tokens, a fixed port for the controller (or
  *    for each instance, with `--instances N`), one TCP proxy per worker (see `proxy.ts`); with
  *    instances, worker k goes to instance k mod N.
+ *    With `--kv-latency`/`--kv-faults` the instances reach the KV file through a `RemoteKv`
+ *    (`remote_kv.ts`).
  * 2. **Start**: the controller or instances (waiting until they are ready), the workers —
  *    alternately Deno and Bun, the first with one endpoint and the others with enough endpoints
  *    between them to run three times the rate — and the producer (which submits to every
@@ -120,6 +122,13 @@ export async function runSoak(
         resume: undefined,
       });
     }
+    const remoteKv = shared && (options.kvLatency !== undefined || options.kvFaults > 0)
+      ? {
+        commitLatency: options.kvLatency?.commit ?? 0,
+        readLatency: options.kvLatency?.read ?? 0,
+        faultRate: options.kvFaults,
+      }
+      : undefined;
     const settings: Summary["settings"] = {
       minutes: options.minutes,
       rate: options.rate,
@@ -127,6 +136,15 @@ export async function runSoak(
       workers: slots.map(({ name, runtime, concurrency }) => ({ name, runtime, concurrency })),
       instances: options.instances,
       ...(shared ? { leaseMs: options.lease } : {}),
+      ...(remoteKv
+        ? {
+          remoteKv: {
+            commitLatencyMs: remoteKv.commitLatency,
+            readLatencyMs: remoteKv.readLatency,
+            faultRate: remoteKv.faultRate,
+          },
+        }
+        : {}),
       ackDelayMs: options.ackDelay,
       reconnectGraceMs: options.grace,
       drainDeadlineS: options.drain,
@@ -140,6 +158,10 @@ export async function runSoak(
           })`
         ).join(" ") +
         (shared ? `, ${options.instances} instances (lease ${options.lease} ms)` : "") +
+        (remoteKv
+          ? `, KV through RemoteKv (${remoteKv.commitLatency}/${remoteKv.readLatency} ms, ` +
+            `faults ${remoteKv.faultRate} a commit)`
+          : "") +
         `, reconnectGrace ${options.grace} ms, journals in ${out}`,
     );
 
@@ -153,6 +175,7 @@ export async function runSoak(
         journal,
         flow: FLOW,
         leaseTtl: shared ? options.lease : undefined,
+        ...(remoteKv ? { remoteKv } : {}),
         secret,
         clientToken: await signToken(secret, { producer: FLOW, expiresIn }),
         grace: options.grace,

@@ -137,6 +137,17 @@ export type ControllerRecord =
   | { ev: "takeover"; pid: number; of: string; jobs: number; expiredAt: number; t: number }
   /** With --instances: another instance took this one over. */
   | { ev: "fenced"; pid: number; t: number }
+  /**
+   * With --kv-faults: the `commit`-th commit of this instance's `RemoteKv` meets `fault`
+   * (written when `commit()` is called; see `remote_kv.ts`).
+   */
+  | {
+    ev: "kv-fault";
+    pid: number;
+    fault: "lost-answer" | "locked" | "slow";
+    commit: number;
+    t: number;
+  }
   | {
     /** A durable commit that succeeded: started at `s`, done at `e`. */
     ev: "commit";

@@ -14,8 +14,10 @@
  * @module
  */
 
+import type { RemoteKvFault } from "../../testing.ts";
 import type { Cause } from "./classify.ts";
 import { type FaultKind, faultKindsOf } from "./records.ts";
+import { KV_FAULT_KINDS } from "./remote_kv.ts";
 
 /** One avoidable duplicate, for the reader of `summary.json`. */
 export interface AvoidableExample {
@@ -55,6 +57,20 @@ export interface Summary {
     readonly instances?: number;
     /** Their lease TTL, ms. */
     readonly leaseMs?: number;
+    /**
+     * `--kv-latency`, `--kv-faults`: the instances reach the KV file through a `RemoteKv` with
+     * these round trips and this probability of a fault per commit (absent: no `RemoteKv`).
+     */
+    readonly remoteKv?: {
+      readonly commitLatencyMs: number;
+      readonly readLatencyMs: number;
+      readonly faultRate: number;
+    };
+  };
+  /** With `--kv-latency`/`--kv-faults`: the commit faults the instances' `RemoteKv` injected. */
+  readonly kv?: {
+    readonly faults: number;
+    readonly byKind: Record<RemoteKvFault, number>;
   };
   /** With several instances: their takeovers. */
   readonly instances?: {
@@ -211,6 +227,14 @@ export function summaryLine(summary: Summary): string {
     : `, graceful stops ${g.count} (${g.duringLongJob} during a long job, worst drain ${
       g.worstDrainMs === null ? "n/a" : `${Math.round(g.worstDrainMs)} ms`
     })`;
+  const remote = summary.settings.remoteKv;
+  const kv = remote === undefined
+    ? ""
+    : `, kv ${remote.commitLatencyMs}/${remote.readLatencyMs} ms, kv faults ${
+      summary.kv?.faults ?? 0
+    } at ${remote.faultRate} (${
+      KV_FAULT_KINDS.map((kind) => `${kind} ${summary.kv?.byKind[kind] ?? 0}`).join(", ")
+    })`;
   const verdict = summary.ok ? "ok" : `FAILED: ${summary.failures.join("; ")}`;
   const queued = summary.queued ? ` (${summary.queued} still queued)` : "";
   return `soak: ${summary.accepted} accepted, ${summary.ran} ran, lost ${summary.lost}${queued}, ` +
@@ -218,6 +242,6 @@ export function summaryLine(summary: Summary): string {
     `unconfirmed-at-controller-kill ${
       d["unconfirmed-at-controller-kill"]
     }, avoidable ${d.avoidable}), ` +
-    `faults ${summary.faults.total} (${kinds})${graceful}, worst restart→delivery ${worst}${takeover} — ` +
+    `faults ${summary.faults.total} (${kinds})${kv}${graceful}, worst restart→delivery ${worst}${takeover} — ` +
     verdict;
 }

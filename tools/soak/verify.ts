@@ -14,6 +14,8 @@
  *   controller's session).
  * - **kill → takeover** (`--instances`): for each instance killed or stopped, from the fault to
  *   the takeover of that instance by a survivor.
+ * - **KV faults** (`--kv-faults`): the commit faults the instances' `RemoteKv` injected, by kind
+ *   (they excuse nothing: the store must handle them).
  *
  * @module
  */
@@ -23,6 +25,7 @@ import { Classifier, CLOCK_SLACK_MS } from "./classify.ts";
 import { LONG_JOB_MIN_MS } from "./random.ts";
 import { readAcknowledgements, readEvidence } from "./evidence.ts";
 import { ALL_FAULT_KINDS, type FaultKind, messageId, type SoakPaths } from "./records.ts";
+import { KV_FAULT_KINDS } from "./remote_kv.ts";
 import { Runs } from "./runs.ts";
 import type { AvoidableExample, Summary } from "./summary.ts";
 
@@ -226,8 +229,18 @@ export function verify(paths: SoakPaths, given: VerifySettings): Summary {
     failures.push(`${crashes.length} crashed processes (${crashes.map((c) => c.name).join(", ")})`);
   }
 
+  const kv = given.settings.remoteKv === undefined ? undefined : {
+    faults: evidence.kvFaults.length,
+    byKind: Object.fromEntries(
+      KV_FAULT_KINDS.map((
+        kind,
+      ) => [kind, evidence.kvFaults.filter((f) => f.fault === kind).length]),
+    ) as NonNullable<Summary["kv"]>["byKind"],
+  };
+
   return {
     ...(instances ? { instances } : {}),
+    ...(kv ? { kv } : {}),
     ok: failures.length === 0,
     failures,
     settings: given.settings,

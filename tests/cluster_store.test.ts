@@ -296,6 +296,47 @@ describe(`DenoKvClusterStore (${CLIENT})`, () => {
     }
   });
 
+  test("a takeover whose last commit's answer is lost is reported once it is done", async () => {
+    const local = await openKv(":memory:");
+    let commits = 0, failAt = Infinity;
+    const faulty = new RemoteKv(local as never, {
+      commitLatency: 0,
+      readLatency: 0,
+      faults: () => ++commits === failAt ? "lost-answer" : undefined,
+    });
+    const clock = new ManualClock();
+    const open = (kv: unknown, id: string) =>
+      new DenoKvClusterStore(kv as ClusterKvLike, {
+        prefix: ["flow"],
+        clock,
+        instance: { id, leaseTtl: 1000 },
+      });
+    const [dead, survivor] = [open(local, "dead"), open(faulty, "survivor")];
+    try {
+      await dead.load();
+      await survivor.load();
+      await dead.enqueue(
+        ["j1", "j2"].map((id) => ({ id, payload: "0", plan: planJob({}, clock.now()) })),
+      );
+      assert.equal((await dead.take(2)).length, 2);
+      const takeovers: TakeoverEvent[] = [];
+      survivor.addEventListener("takeover", (event) => takeovers.push(event));
+      clock.advance(600);
+      await survivor.renew(); // the dead instance renews no more
+      clock.advance(600); // its lease lapsed; the survivor's did not
+      // The round's commits: the survivor's renewal, the bump of the dead one's fence, and the
+      // jobs' return with the lease's retirement, whose answer is lost.
+      failAt = commits + 3;
+      await survivor.renew();
+      assert.deepEqual(takeovers.map((e) => [e.takeover.instance, e.takeover.jobs]), [["dead", 2]]);
+      assert.equal((await survivor.take(5)).length, 2, "both jobs came back");
+    } finally {
+      dead.close();
+      survivor.close();
+      local.close();
+    }
+  });
+
   test("claims follow priority, then due time, then submission; a delayed job waits", async () => {
     const f = await flow(["a", "b"]);
     try {

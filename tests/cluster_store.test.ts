@@ -110,6 +110,18 @@ async function flow(
   };
 }
 
+/** `local` behind a `RemoteKv` without latency whose `n`th commit from `loseAnswer(n)` on lands
+ * but loses its answer. */
+function answerLost(local: unknown) {
+  let commits = 0, failAt = Infinity;
+  const kv = new RemoteKv(local as never, {
+    commitLatency: 0,
+    readLatency: 0,
+    faults: () => ++commits === failAt ? "lost-answer" : undefined,
+  });
+  return { kv, loseAnswer: (n: number) => void (failAt = commits + n) };
+}
+
 describe(`DenoKvClusterStore (${CLIENT})`, () => {
   test("renew() during a lease round runs one more round, which counts what changed since", async () => {
     const kv = await openKv(":memory:");
@@ -264,12 +276,7 @@ describe(`DenoKvClusterStore (${CLIENT})`, () => {
 
   test("a take whose claim round fails still hands out what it took from the lookahead", async () => {
     const local = await openKv(":memory:");
-    let commits = 0, failAt = Infinity;
-    const kv = new RemoteKv(local as never, {
-      commitLatency: 0,
-      readLatency: 0,
-      faults: () => ++commits === failAt ? "lost-answer" : undefined,
-    });
+    const { kv, loseAnswer } = answerLost(local);
     const clock = new ManualClock();
     const store = new DenoKvClusterStore(kv as unknown as ClusterKvLike, {
       prefix: ["flow"],
@@ -282,7 +289,7 @@ describe(`DenoKvClusterStore (${CLIENT})`, () => {
       await store.enqueue(ids.map((id) => ({ id, payload: "0", plan: planJob({}, clock.now()) })));
       // take(4) claims 4 (one commit), then 4 ahead (a second); take(8) hands out those 4 and
       // claims 4 more: that third commit lands, but its answer is lost.
-      failAt = commits + 3;
+      loseAnswer(3);
       const taken = new Set((await store.take(4)).map((job) => job.messageId));
       for (const job of await store.take(8)) taken.add(job.messageId);
       assert.equal(taken.size, 8, "the 4 claimed ahead are handed out despite the failure");
@@ -298,12 +305,7 @@ describe(`DenoKvClusterStore (${CLIENT})`, () => {
 
   test("a takeover whose last commit's answer is lost is reported once it is done", async () => {
     const local = await openKv(":memory:");
-    let commits = 0, failAt = Infinity;
-    const faulty = new RemoteKv(local as never, {
-      commitLatency: 0,
-      readLatency: 0,
-      faults: () => ++commits === failAt ? "lost-answer" : undefined,
-    });
+    const { kv: faulty, loseAnswer } = answerLost(local);
     const clock = new ManualClock();
     const open = (kv: unknown, id: string) =>
       new DenoKvClusterStore(kv as ClusterKvLike, {
@@ -326,7 +328,7 @@ describe(`DenoKvClusterStore (${CLIENT})`, () => {
       clock.advance(600); // its lease lapsed; the survivor's did not
       // The round's commits: the survivor's renewal, the bump of the dead one's fence, and the
       // jobs' return with the lease's retirement, whose answer is lost.
-      failAt = commits + 3;
+      loseAnswer(3);
       await survivor.renew();
       assert.deepEqual(takeovers.map((e) => [e.takeover.instance, e.takeover.jobs]), [["dead", 2]]);
       assert.equal((await survivor.take(5)).length, 2, "both jobs came back");

@@ -115,6 +115,14 @@ interface Held {
   readonly tries?: string;
 }
 
+/** What a commit's shrink of the index does to memory once it lands. */
+interface Shrinking {
+  /** Lists rewritten (their new content) or deleted (undefined), by name. */
+  readonly lists: Map<string, OwnedList | undefined>;
+  /** Tries records deleted, by name. */
+  readonly spentTries: readonly string[];
+}
+
 /** The claims of one commit, and the owned list naming them. */
 interface ClaimGroup {
   readonly candidates: Candidate[];
@@ -782,13 +790,13 @@ export class InstanceQueue {
       if (changes.has(id)) changes.get(id)!.move(froms.get(id), "active");
       else inRecord.set(id, start);
     }
-    let triesName: string | undefined, triesChange: Change | undefined;
+    let triesName: string | undefined, triesKeyOf: KvKey | undefined;
+    let triesChange: Change | undefined;
     if (inRecord.size > 0) {
       triesName = this.#newList();
-      const key = triesKey(keys, instance, this.#epoch, this.#nextList - 1);
-      triesChange = new Change().set(key, encodeTries(inRecord));
+      triesKeyOf = triesKey(keys, instance, this.#epoch, this.#nextList - 1);
+      triesChange = new Change().set(triesKeyOf, encodeTries(inRecord));
       for (const id of inRecord.keys()) triesChange.move(froms.get(id), "active");
-      this.#tries.set(triesName, { key, ids: [...inRecord.keys()] }); // unused until it lands
     }
     for (const [id, change] of changes) {
       const held = current(id)!;
@@ -815,10 +823,8 @@ export class InstanceQueue {
       outcome = await commitSideBySide(this.#c.kv, keys, [this.fenceCheck], all, signal);
     } catch (error) {
       this.#stale = true; // some of it may have landed
-      if (triesName) this.#tries.delete(triesName);
       throw error;
     }
-    if (!outcome.ok && triesName) this.#tries.delete(triesName);
     if (!outcome.ok) {
       if (outcome.applied > 0) this.#stale = true;
       if (await this.#fenceMoved()) {
@@ -831,6 +837,7 @@ export class InstanceQueue {
       throw new Error(`Cannot commit: a job changed under instance ${instance}; retry`);
     }
     for (const [name, list] of adoptedLists) this.#lists.set(name, list);
+    if (triesName) this.#tries.set(triesName, { key: triesKeyOf!, ids: [...inRecord.keys()] });
     this.#applyShrunk(shrinking);
     for (const held of leaving) {
       this.#shrunk.add(held.list);
@@ -905,16 +912,18 @@ export class InstanceQueue {
 
   /**
    * Add to a commit of this instance the rewrite of every list that names jobs gone since (their
-   * changes landed before): the list keeps the jobs still held, or goes once none is. Returns
-   * what memory becomes once the commit lands.
+   * changes landed before): the list keeps the jobs still held, or goes once none is; and the
+   * deletion of every tries record none of whose jobs is left in its try. Returns what memory
+   * becomes once the commit lands.
    */
-  #shrinkLists(all: Change[]): Map<string, OwnedList | undefined> {
-    const shrinking = new Map<string, OwnedList | undefined>();
+  #shrinkLists(all: Change[]): Shrinking {
+    const lists = new Map<string, OwnedList | undefined>();
+    const spentTries: string[] = [];
     for (const name of this.#triesShrunk) {
       const tries = this.#tries.get(name);
       if (!tries || tries.ids.some((id) => this.#held.get(id)?.tries === name)) continue;
       all.push(new Change().delete(tries.key));
-      shrinking.set(`tries ${name}`, undefined);
+      spentTries.push(name);
     }
     for (const name of this.#shrunk) {
       const list = this.#lists.get(name);
@@ -923,22 +932,21 @@ export class InstanceQueue {
       if (ids.length === list.ids.length) continue;
       if (ids.length === 0) {
         all.push(new Change().delete(list.key));
-        shrinking.set(name, undefined);
+        lists.set(name, undefined);
       } else {
         all.push(new Change().set(list.key, encodeList(ids)));
-        shrinking.set(name, { key: list.key, ids });
+        lists.set(name, { key: list.key, ids });
       }
     }
-    return shrinking;
+    return { lists, spentTries };
   }
 
-  #applyShrunk(shrinking: Map<string, OwnedList | undefined>): void {
-    for (const [name, list] of shrinking) {
-      if (name.startsWith("tries ")) {
-        this.#triesShrunk.delete(name.slice(6));
-        this.#tries.delete(name.slice(6));
-        continue;
-      }
+  #applyShrunk({ lists, spentTries }: Shrinking): void {
+    for (const name of spentTries) {
+      this.#triesShrunk.delete(name);
+      this.#tries.delete(name);
+    }
+    for (const [name, list] of lists) {
       this.#shrunk.delete(name);
       if (list) this.#lists.set(name, list);
       else this.#lists.delete(name);
@@ -950,6 +958,8 @@ export class InstanceQueue {
    * run them here; another instance's may).
    */
   handBackLookahead(): Promise<number> {
+    // The usual case (nothing claimed ahead, no claim in flight) needs no turn of its own.
+    if (this.#lookahead.size === 0 && !this.#claiming) return Promise.resolve(0);
     return this.#serial(undefined, () =>
       this.#alone(async () => {
         if (!this.live || this.#lookahead.size === 0) return 0;
